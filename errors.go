@@ -1,0 +1,111 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Errors returned by a Transport, for use with errors.Is. The error a
+// RoundTrip returns wraps one of these and the cause underneath, and its
+// message names the handler.
+var (
+	// ErrCircuitOpen reports that the circuit breaker rejected the call
+	// without sending it, because the circuit was open or isolated. The
+	// message says why the circuit opened.
+	ErrCircuitOpen = errors.New("resilience: circuit open")
+
+	// ErrRateLimited reports that admission control rejected the call:
+	// too many calls in flight and the queue full, or the rate exceeded.
+	ErrRateLimited = errors.New("resilience: rate limited")
+
+	// ErrTotalTimeout reports that the whole call, retries, waits and
+	// reading the response body included, ran past Options.TotalTimeout.
+	// It is a net.Error whose Timeout method reports true, and
+	// errors.Is(ErrTotalTimeout, context.DeadlineExceeded) holds.
+	ErrTotalTimeout error = &timeoutError{"resilience: total timeout"}
+
+	// ErrAttemptTimeout reports that the last attempt got no response
+	// headers within Options.AttemptTimeout. It is a net.Error whose
+	// Timeout method reports true, and errors.Is(ErrAttemptTimeout,
+	// context.DeadlineExceeded) holds.
+	ErrAttemptTimeout error = &timeoutError{"resilience: attempt timeout"}
+)
+
+// timeoutError is the type of the timeout sentinels: code written for
+// http.Client checks net.Error.Timeout or context.DeadlineExceeded.
+type timeoutError struct{ msg string }
+
+func (e *timeoutError) Error() string   { return e.msg }
+func (e *timeoutError) Timeout() bool   { return true }
+func (e *timeoutError) Temporary() bool { return true }
+
+func (e *timeoutError) Is(target error) bool {
+	return target == context.DeadlineExceeded
+}
+
+// callError is what RoundTrip returns: the handler, the kind (one of the
+// sentinels, or nil when the cause alone explains the failure), how many
+// attempts were made, and the cause.
+type callError struct {
+	handler  string
+	kind     error
+	attempts int
+	detail   string
+	cause    error
+}
+
+func (e *callError) Error() string {
+	msg := fmt.Sprintf("resilience: handler %q: ", e.handler)
+	if e.kind != nil {
+		msg += trimPrefix(e.kind.Error())
+	}
+	if e.detail != "" {
+		if e.kind != nil {
+			msg += " "
+		}
+		msg += e.detail
+	}
+	if e.attempts > 1 {
+		msg += fmt.Sprintf(" after %d attempts", e.attempts)
+	}
+	if e.cause != nil {
+		if e.kind != nil || e.detail != "" || e.attempts > 1 {
+			msg += ": "
+		}
+		msg += e.cause.Error()
+	}
+	return msg
+}
+
+func (e *callError) Unwrap() []error {
+	errs := make([]error, 0, 2)
+	if e.kind != nil {
+		errs = append(errs, e.kind)
+	}
+	if e.cause != nil {
+		errs = append(errs, e.cause)
+	}
+	return errs
+}
+
+// Timeout reports whether the call failed because a deadline passed, ours
+// or the caller's, so that url.Error and net.Error checks keep working.
+func (e *callError) Timeout() bool {
+	var t interface{ Timeout() bool }
+	if e.kind != nil && errors.As(e.kind, &t) && t.Timeout() {
+		return true
+	}
+	return e.cause != nil && errors.As(e.cause, &t) && t.Timeout()
+}
+
+// Temporary is kept for net.Error; it reports the same as Timeout.
+func (e *callError) Temporary() bool { return e.Timeout() }
+
+func trimPrefix(s string) string {
+	const p = "resilience: "
+	if len(s) >= len(p) && s[:len(p)] == p {
+		return s[len(p):]
+	}
+	return s
+}

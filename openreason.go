@@ -1,0 +1,86 @@
+package resilience
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+)
+
+// errIsolated is why an isolated circuit is open.
+var errIsolated = errors.New("isolated by IsolateCircuit")
+
+// failureLog keeps the last failures the circuit breaker counted, so that an
+// open circuit can say why it opened. It is touched only on failures and
+// transitions, never on the success path.
+type failureLog struct {
+	mu     sync.Mutex
+	recent [8]string // ring of failure descriptions
+	next   int
+	count  int
+	reason error // why the circuit last opened
+}
+
+func (l *failureLog) record(resp *http.Response, err error) {
+	d := describe(resp, err)
+	l.mu.Lock()
+	l.recent[l.next] = d
+	l.next = (l.next + 1) % len(l.recent)
+	l.count = min(l.count+1, len(l.recent))
+	l.mu.Unlock()
+}
+
+func describe(resp *http.Response, err error) string {
+	switch {
+	case errors.Is(err, ErrAttemptTimeout):
+		return "attempt timeout"
+	case err != nil:
+		return err.Error()
+	case resp != nil:
+		return resp.Status
+	}
+	return "failure"
+}
+
+// opened builds and keeps the reason the circuit opened from the failures
+// seen last, most frequent first.
+func (l *failureLog) opened(summary string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var (
+		order  []string
+		counts = map[string]int{}
+	)
+	for i := 0; i < l.count; i++ {
+		d := l.recent[(l.next-1-i+len(l.recent))%len(l.recent)]
+		if counts[d] == 0 {
+			order = append(order, d)
+		}
+		counts[d]++
+	}
+	var b strings.Builder
+	b.WriteString(summary)
+	if len(order) > 0 {
+		b.WriteString("; last failures: ")
+		for i, d := range order {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s (x%d)", d, counts[d])
+		}
+	}
+	l.reason = &openReason{msg: b.String()}
+	return l.reason
+}
+
+func (l *failureLog) lastReason() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.reason
+}
+
+// openReason says why a circuit opened.
+type openReason struct{ msg string }
+
+func (r *openReason) Error() string { return r.msg }

@@ -1,0 +1,320 @@
+package resilience
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"time"
+)
+
+// Defaults of the standard handler: what a zero field means.
+const (
+	DefaultName              = "standard"
+	DefaultMaxConcurrent     = 1000
+	DefaultTotalTimeout      = 30 * time.Second
+	DefaultMaxRetries        = 3
+	DefaultRetryDelay        = 2 * time.Second
+	DefaultMaxRetryDelay     = 30 * time.Second
+	DefaultFailureRatio      = 0.1
+	DefaultMinimumThroughput = 100
+	DefaultSamplingDuration  = 30 * time.Second
+	DefaultBreakDuration     = 5 * time.Second
+	DefaultAttemptTimeout    = 10 * time.Second
+	DefaultMaxBufferedBody   = 1 << 20
+)
+
+// Options configures a standard resilience handler. The zero value is the
+// standard handler: every zero field takes the default documented on it,
+// a negative timeout disables that timeout, and Disabled switches a
+// strategy off. The layers run in this order, outermost first: RateLimit,
+// TotalTimeout, Retry, CircuitBreaker, AttemptTimeout.
+type Options struct {
+	// Name identifies the handler (one per upstream) in errors, events
+	// and logs. Default "standard".
+	Name string
+
+	// RateLimit is admission control: at most so many calls in flight.
+	RateLimit RateLimitOptions
+
+	// TotalTimeout bounds the whole call: queueing for admission, every
+	// attempt, the waits between them and reading the response body, as
+	// http.Client.Timeout does. Default 30s; negative disables it.
+	TotalTimeout time.Duration
+
+	// Retry repeats transient failures of requests that are safe to repeat.
+	Retry RetryOptions
+
+	// CircuitBreaker stops calling an upstream that keeps failing.
+	CircuitBreaker CircuitBreakerOptions
+
+	// AttemptTimeout bounds each attempt until its response headers
+	// arrive. It must not exceed TotalTimeout. Default 10s; negative
+	// disables it.
+	AttemptTimeout time.Duration
+
+	// MaxBufferedBody is the most of a request body (one without GetBody)
+	// that is held in memory so that it can be sent again. A larger body
+	// is streamed once and not retried. Default 1 MiB; negative never
+	// buffers, so only requests with GetBody or without a body are retried.
+	MaxBufferedBody int64
+
+	// Logger, when set, receives every Event at the level its kind
+	// suggests: retries warn; timeouts, rejections and an opening circuit
+	// are errors; the circuit closing or half-opening is info.
+	Logger *slog.Logger
+
+	// OnEvent, when set, is called synchronously with every Event. It must
+	// be safe for concurrent use and should return quickly.
+	OnEvent func(Event)
+}
+
+// RateLimitOptions configures admission control, the outermost layer. A
+// call holds its permit until the response body is closed or read to EOF.
+type RateLimitOptions struct {
+	// Disabled switches admission control off.
+	Disabled bool
+
+	// MaxConcurrent is the most calls in flight at once. Default 1000.
+	MaxConcurrent int
+
+	// MaxQueue is how many calls may wait for a permit when MaxConcurrent
+	// are in flight; the rest are rejected with ErrRateLimited. Waiting
+	// counts against TotalTimeout. Default 0: no queue.
+	MaxQueue int
+
+	// RequestsPerSecond, when positive, also limits the rate at which calls
+	// start; calls over the rate are rejected with ErrRateLimited.
+	// Default 0: no rate limit.
+	RequestsPerSecond float64
+
+	// Burst is how many calls may start at once within the rate. It needs
+	// RequestsPerSecond. Default 0: calls are spaced evenly.
+	Burst int
+}
+
+// BackoffType says how the delay between retries grows.
+type BackoffType int
+
+// Backoff types. The zero value is BackoffExponential.
+const (
+	BackoffExponential BackoffType = iota // Delay, 2*Delay, 4*Delay, ...
+	BackoffLinear                         // Delay, 2*Delay, 3*Delay, ...
+	BackoffConstant                       // Delay, Delay, Delay, ...
+)
+
+func (b BackoffType) String() string {
+	switch b {
+	case BackoffExponential:
+		return "exponential"
+	case BackoffLinear:
+		return "linear"
+	case BackoffConstant:
+		return "constant"
+	}
+	return fmt.Sprintf("BackoffType(%d)", int(b))
+}
+
+// RetryOptions configures the retry layer. Only transient failures of
+// requests that are safe to repeat are retried; see IsTransient and the
+// method rule on Methods.
+type RetryOptions struct {
+	// Disabled switches retries off.
+	Disabled bool
+
+	// MaxRetries is how many times a call may be repeated after its first
+	// attempt. Default 3.
+	MaxRetries int
+
+	// Delay is the base delay between attempts. Default 2s.
+	Delay time.Duration
+
+	// MaxDelay caps the computed delay (not a Retry-After the server
+	// sent). Default 30s, or Delay when Delay is larger.
+	MaxDelay time.Duration
+
+	// Backoff says how the delay grows from one retry to the next.
+	// Default BackoffExponential.
+	Backoff BackoffType
+
+	// NoJitter turns off the randomisation of delays that keeps many
+	// clients that failed together from retrying together.
+	NoJitter bool
+
+	// Methods widens the set of methods that are retried, which by default
+	// holds only GET. The rule holds for every outcome: a method outside
+	// the set is not retried after an error or a timeout either.
+	// WithRetryable overrides it for one request.
+	Methods []string
+
+	// ExcludeMethods removes methods from the set, GET included.
+	ExcludeMethods []string
+
+	// IgnoreRetryAfter makes the retry layer ignore the Retry-After header
+	// of 429 and 503 responses and use the computed delay instead.
+	IgnoreRetryAfter bool
+
+	// MaxRetryAfter is the longest Retry-After the handler waits. A longer
+	// one, or one that does not fit in what is left of TotalTimeout, is not
+	// waited: the caller gets the response at once. Default 0: no cap but
+	// the total timeout.
+	MaxRetryAfter time.Duration
+
+	// ShouldRetry, when set, replaces IsTransient in deciding which
+	// outcomes are retried. The method rule, caller cancellation and the
+	// total timeout still apply.
+	ShouldRetry func(*http.Response, error) bool
+}
+
+// CircuitBreakerOptions configures the circuit breaker, which sits inside
+// the retry layer and so counts attempts, not calls.
+type CircuitBreakerOptions struct {
+	// Disabled switches the circuit breaker off.
+	Disabled bool
+
+	// FailureRatio is the share of failed attempts within SamplingDuration
+	// that opens the circuit, in (0, 1]. Default 0.1.
+	FailureRatio float64
+
+	// MinimumThroughput is how many attempts SamplingDuration must hold
+	// before the ratio is considered. Default 100.
+	MinimumThroughput int
+
+	// SamplingDuration is the sliding window over which attempts are
+	// counted. It must be at least twice AttemptTimeout. Default 30s.
+	SamplingDuration time.Duration
+
+	// BreakDuration is how long the circuit stays open before it lets one
+	// probe through (half-open). Default 5s.
+	BreakDuration time.Duration
+
+	// ShouldHandle, when set, replaces IsTransient in deciding which
+	// attempt outcomes count as failures. Caller cancellation and the total
+	// timeout are never counted.
+	ShouldHandle func(*http.Response, error) bool
+}
+
+// config is Options with defaults filled in and validated.
+type config struct {
+	Options
+	methods methodSet
+}
+
+// optionError names the field a user got wrong.
+type optionError struct {
+	handler string
+	field   string
+	value   any
+	reason  string
+}
+
+func (e *optionError) Error() string {
+	return fmt.Sprintf("resilience: handler %q: invalid option %s (%v): %s", e.handler, e.field, e.value, e.reason)
+}
+
+// resolve fills in defaults and validates o.
+func resolve(o Options) (*config, error) {
+	if o.Name == "" {
+		o.Name = DefaultName
+	}
+	bad := func(field string, value any, reason string) error {
+		return &optionError{handler: o.Name, field: field, value: value, reason: reason}
+	}
+
+	// Admission control.
+	rl := &o.RateLimit
+	switch {
+	case rl.MaxConcurrent < 0:
+		return nil, bad("RateLimit.MaxConcurrent", rl.MaxConcurrent, "must not be negative")
+	case rl.MaxQueue < 0:
+		return nil, bad("RateLimit.MaxQueue", rl.MaxQueue, "must not be negative")
+	case math.IsNaN(rl.RequestsPerSecond) || math.IsInf(rl.RequestsPerSecond, 0) || rl.RequestsPerSecond < 0:
+		return nil, bad("RateLimit.RequestsPerSecond", rl.RequestsPerSecond, "must be a finite number, zero or more")
+	case rl.RequestsPerSecond > 1e9:
+		return nil, bad("RateLimit.RequestsPerSecond", rl.RequestsPerSecond, "must be at most 1e9")
+	case rl.Burst < 0:
+		return nil, bad("RateLimit.Burst", rl.Burst, "must not be negative")
+	case rl.Burst > 0 && rl.RequestsPerSecond == 0:
+		return nil, bad("RateLimit.Burst", rl.Burst, "needs RequestsPerSecond")
+	}
+	if rl.MaxConcurrent == 0 {
+		rl.MaxConcurrent = DefaultMaxConcurrent
+	}
+
+	// Timeouts.
+	if o.TotalTimeout == 0 {
+		o.TotalTimeout = DefaultTotalTimeout
+	}
+	if o.AttemptTimeout == 0 {
+		o.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if o.TotalTimeout > 0 && o.AttemptTimeout > o.TotalTimeout {
+		return nil, bad("AttemptTimeout", o.AttemptTimeout, fmt.Sprintf("must not exceed TotalTimeout (%v)", o.TotalTimeout))
+	}
+
+	// Retry.
+	r := &o.Retry
+	switch {
+	case r.MaxRetries < 0:
+		return nil, bad("Retry.MaxRetries", r.MaxRetries, "must not be negative; set Retry.Disabled to turn retries off")
+	case r.Delay < 0:
+		return nil, bad("Retry.Delay", r.Delay, "must not be negative")
+	case r.MaxDelay < 0:
+		return nil, bad("Retry.MaxDelay", r.MaxDelay, "must not be negative")
+	case r.MaxDelay > 0 && r.Delay > r.MaxDelay:
+		return nil, bad("Retry.MaxDelay", r.MaxDelay, fmt.Sprintf("must not be below Retry.Delay (%v)", r.Delay))
+	case r.Backoff < BackoffExponential || r.Backoff > BackoffConstant:
+		return nil, bad("Retry.Backoff", r.Backoff, "must be BackoffExponential, BackoffLinear or BackoffConstant")
+	case r.MaxRetryAfter < 0:
+		return nil, bad("Retry.MaxRetryAfter", r.MaxRetryAfter, "must not be negative; zero means no cap but TotalTimeout")
+	}
+	if r.MaxRetries == 0 {
+		r.MaxRetries = DefaultMaxRetries
+	}
+	if r.Delay == 0 {
+		r.Delay = DefaultRetryDelay
+	}
+	if r.MaxDelay == 0 {
+		r.MaxDelay = max(DefaultMaxRetryDelay, r.Delay)
+	}
+	methods, err := newMethodSet(r.Methods, r.ExcludeMethods)
+	if err != nil {
+		return nil, &optionError{handler: o.Name, field: err.field, value: err.value, reason: err.reason}
+	}
+
+	// Circuit breaker.
+	cb := &o.CircuitBreaker
+	switch {
+	case math.IsNaN(cb.FailureRatio) || cb.FailureRatio < 0 || cb.FailureRatio > 1:
+		return nil, bad("CircuitBreaker.FailureRatio", cb.FailureRatio, "must be in (0, 1]")
+	case cb.MinimumThroughput < 0:
+		return nil, bad("CircuitBreaker.MinimumThroughput", cb.MinimumThroughput, "must not be negative")
+	case cb.SamplingDuration < 0:
+		return nil, bad("CircuitBreaker.SamplingDuration", cb.SamplingDuration, "must not be negative")
+	case cb.SamplingDuration > 0 && cb.SamplingDuration < time.Millisecond:
+		return nil, bad("CircuitBreaker.SamplingDuration", cb.SamplingDuration, "must be at least 1ms")
+	case cb.BreakDuration < 0:
+		return nil, bad("CircuitBreaker.BreakDuration", cb.BreakDuration, "must not be negative")
+	}
+	if cb.FailureRatio == 0 {
+		cb.FailureRatio = DefaultFailureRatio
+	}
+	if cb.MinimumThroughput == 0 {
+		cb.MinimumThroughput = DefaultMinimumThroughput
+	}
+	if cb.SamplingDuration == 0 {
+		cb.SamplingDuration = DefaultSamplingDuration
+	}
+	if cb.BreakDuration == 0 {
+		cb.BreakDuration = DefaultBreakDuration
+	}
+	if !cb.Disabled && o.AttemptTimeout > 0 && cb.SamplingDuration < 2*o.AttemptTimeout {
+		return nil, bad("CircuitBreaker.SamplingDuration", cb.SamplingDuration,
+			fmt.Sprintf("must be at least twice AttemptTimeout (%v)", o.AttemptTimeout))
+	}
+
+	if o.MaxBufferedBody == 0 {
+		o.MaxBufferedBody = DefaultMaxBufferedBody
+	}
+	return &config{Options: o, methods: methods}, nil
+}

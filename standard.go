@@ -1,0 +1,486 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/failsafe-go/failsafe-go/bulkhead"
+)
+
+// The standard stack, outermost first: admission (concurrency and rate),
+// total deadline, retry, circuit breaker, attempt deadline. One call is one
+// *call; its response body, when returned, is the call itself, so that the
+// permit and the timer are released when the body is closed or read to EOF.
+//
+// One timer per call enforces both deadlines: while an attempt waits for
+// headers it is armed for the earlier of the attempt and total deadlines,
+// while the caller reads the body for the total deadline, while a retried
+// response drains for a short bound. When it fires it cancels the current
+// attempt's context with the deadline's sentinel as the cause.
+
+type call struct {
+	h    *Handler
+	base http.RoundTripper
+	req  *http.Request
+	body requestBody
+
+	attempts int
+	totalAt  time.Time // zero without a total timeout
+	permit   bool      // holds a bulkhead permit
+	delays   backoff.BackOff
+
+	mu         sync.Mutex
+	timer      *time.Timer
+	armedAt    time.Time
+	armedCause error                   // what the timer cancels with; nil when disarmed
+	cancel     context.CancelCauseFunc // the current attempt's
+	fired      error                   // the cause the timer cancelled the current attempt with
+	done       bool
+	rc         io.ReadCloser // the returned response's body
+}
+
+// errDrainTimeout cuts short the draining of a retried response.
+var errDrainTimeout = errors.New("resilience: drain timeout")
+
+func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Response, error) {
+	c := &call{h: h, base: base, req: req}
+	if d := h.cfg.TotalTimeout; d > 0 {
+		c.totalAt = time.Now().Add(d)
+	}
+	if err := c.admit(); err != nil {
+		c.body.orig = req.Body
+		c.body.close()
+		return nil, err
+	}
+	resp, err := c.run()
+	c.body.close()
+	if err != nil {
+		c.finish()
+		return nil, err
+	}
+	c.deliver(resp)
+	return resp, nil
+}
+
+// admit takes a concurrency permit, waiting in the queue if there is room
+// there, and a rate permit.
+func (c *call) admit() error {
+	h := c.h
+	if h.bulkhead != nil {
+		if !h.bulkhead.TryAcquirePermit() {
+			if err := c.queue(); err != nil {
+				return err
+			}
+		}
+		c.permit = true
+	}
+	if h.limiter != nil && !h.limiter.TryAcquirePermit() {
+		c.releasePermit()
+		h.emit(Event{Kind: EventRateLimited, Method: c.req.Method})
+		return c.errorf(ErrRateLimited, nil, "over %g requests per second", h.cfg.RateLimit.RequestsPerSecond)
+	}
+	return nil
+}
+
+func (c *call) queue() error {
+	h := c.h
+	reject := func(detail string, cause error) error {
+		h.emit(Event{Kind: EventRateLimited, Method: c.req.Method, Err: cause})
+		return c.errorf(ErrRateLimited, cause, "%s", detail)
+	}
+	max := int64(h.cfg.RateLimit.MaxQueue)
+	defer h.queued.Add(-1)
+	if h.queued.Add(1) > max {
+		return reject(fmt.Sprintf("%d calls in flight and %d queued", h.cfg.RateLimit.MaxConcurrent, max), nil)
+	}
+	var err error
+	if c.totalAt.IsZero() {
+		err = h.bulkhead.AcquirePermit(c.req.Context())
+	} else {
+		err = h.bulkhead.AcquirePermitWithMaxWait(c.req.Context(), time.Until(c.totalAt))
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, bulkhead.ErrFull):
+		return reject("queued for admission until the total timeout", ErrTotalTimeout)
+	}
+	return c.errorf(nil, err, "queued for admission")
+}
+
+// run is the retry loop. It returns the response to give the caller, or
+// the error.
+func (c *call) run() (*http.Response, error) {
+	cfg := c.h.cfg
+	repeatable := !cfg.Retry.Disabled && cfg.methods.repeatable(c.req)
+	if err := c.body.prepare(c.req, repeatable, cfg.MaxBufferedBody); err != nil {
+		return nil, c.errorf(nil, err, "")
+	}
+	for n := 1; ; n++ {
+		c.attempts = n
+		resp, err := c.attempt()
+		var ce *callError
+		if errors.As(err, &ce) {
+			return nil, err // final: rejected, total timeout, cancelled
+		}
+		if !repeatable || n > cfg.Retry.MaxRetries || !c.body.replayable() || !c.shouldRetry(resp, err) {
+			return c.result(resp, err)
+		}
+		wait, ok := c.nextDelay(resp)
+		if !ok {
+			return c.result(resp, err) // the wait asked for does not fit: answer now
+		}
+		wakeAt := time.Now().Add(wait)
+		if c.h.observed() {
+			e := Event{Kind: EventRetry, Method: c.req.Method, Attempt: n, Delay: wait, Err: err}
+			if resp != nil {
+				e.StatusCode = resp.StatusCode
+			}
+			c.h.emit(e)
+		}
+		if resp != nil {
+			c.discard(resp)
+		}
+		if err := c.sleepUntil(wakeAt); err != nil {
+			return nil, c.errorf(nil, err, "waiting to retry")
+		}
+	}
+}
+
+func (c *call) shouldRetry(resp *http.Response, err error) bool {
+	if f := c.h.cfg.Retry.ShouldRetry; f != nil {
+		return f(resp, err)
+	}
+	return IsTransient(resp, err)
+}
+
+// result is what the caller gets when retries stop on an attempt's outcome.
+func (c *call) result(resp *http.Response, err error) (*http.Response, error) {
+	if err == nil {
+		return resp, nil
+	}
+	if errors.Is(err, ErrAttemptTimeout) {
+		return nil, c.errorf(ErrAttemptTimeout, nil, "of %v", c.h.cfg.AttemptTimeout)
+	}
+	return nil, c.errorf(nil, err, "")
+}
+
+// nextDelay returns how long to wait before the next attempt, and false
+// when that wait is not worth making: a Retry-After beyond MaxRetryAfter,
+// or any wait that would end past the total deadline.
+func (c *call) nextDelay(resp *http.Response) (time.Duration, bool) {
+	r := c.h.cfg.Retry
+	if c.delays == nil {
+		c.delays = newBackOff(r)
+	}
+	wait := min(c.delays.NextBackOff(), r.MaxDelay)
+	now := time.Now()
+	if !r.IgnoreRetryAfter {
+		if d, ok := retryAfter(resp, now); ok {
+			if r.MaxRetryAfter > 0 && d > r.MaxRetryAfter {
+				return 0, false
+			}
+			wait = d
+		}
+	}
+	if !c.totalAt.IsZero() && !now.Add(wait).Before(c.totalAt) {
+		return 0, false
+	}
+	return wait, true
+}
+
+func (c *call) sleepUntil(t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return c.req.Context().Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-c.req.Context().Done():
+		return c.req.Context().Err()
+	}
+}
+
+// attempt sends one attempt through the circuit breaker under the attempt
+// deadline. A *callError means the call is over; any other outcome is the
+// attempt's, for the retry layer to judge.
+func (c *call) attempt() (*http.Response, error) {
+	h := c.h
+	if !c.totalAt.IsZero() && !time.Now().Before(c.totalAt) {
+		return nil, c.totalTimeout(nil)
+	}
+	if h.isolated.Load() {
+		return nil, c.rejected(errIsolated)
+	}
+	probe := false
+	if h.breaker != nil {
+		if !h.breaker.TryAcquirePermit() {
+			return nil, c.rejected(h.failures.lastReason())
+		}
+		probe = h.circuit.Load() == int32(CircuitHalfOpen)
+	}
+	body, getBody, err := c.body.next()
+	if err != nil {
+		c.abandon(probe, err)
+		return nil, c.errorf(nil, err, "")
+	}
+
+	ctx, cancel := context.WithCancelCause(c.req.Context())
+	r := c.req.WithContext(ctx)
+	r.Body, r.GetBody = body, getBody
+	c.start(cancel)
+	resp, err := c.base.RoundTrip(r)
+
+	switch fired := c.headers(); {
+	case fired == ErrTotalTimeout:
+		if resp != nil {
+			resp.Body.Close()
+		}
+		c.abandon(probe, ErrTotalTimeout)
+		return nil, c.totalTimeout(err)
+	case fired == ErrAttemptTimeout:
+		if resp != nil {
+			resp.Body.Close()
+		}
+		resp, err = nil, ErrAttemptTimeout
+		h.emit(Event{Kind: EventAttemptTimeout, Method: c.req.Method, Attempt: c.attempts, Err: err})
+	case err != nil && c.req.Context().Err() != nil:
+		c.abandon(probe, err)
+		return nil, c.errorf(nil, err, "")
+	}
+	c.record(resp, err)
+	return resp, err
+}
+
+// record tells the circuit breaker how the attempt went.
+func (c *call) record(resp *http.Response, err error) {
+	b := c.h.breaker
+	if b == nil {
+		return
+	}
+	failed := false
+	if f := c.h.cfg.CircuitBreaker.ShouldHandle; f != nil {
+		failed = f(resp, err)
+	} else {
+		failed = IsTransient(resp, err)
+	}
+	if failed {
+		c.h.failures.record(resp, err)
+		b.RecordFailure()
+	} else {
+		b.RecordSuccess()
+	}
+}
+
+// abandon handles an attempt whose outcome says nothing about the upstream
+// (the caller gave up, or the total timeout passed). It is not counted, but
+// a half-open probe must be resolved, and is, as a failure: the circuit stays
+// open until a probe succeeds.
+func (c *call) abandon(probe bool, err error) {
+	if probe {
+		c.h.failures.record(nil, fmt.Errorf("half-open probe abandoned: %w", err))
+		c.h.breaker.RecordFailure()
+	}
+}
+
+func (c *call) rejected(reason error) error {
+	c.h.emit(Event{Kind: EventCircuitRejected, Method: c.req.Method, Attempt: c.attempts, Err: reason})
+	detail := ""
+	if c.h.breaker != nil && !c.h.isolated.Load() {
+		if d := c.h.breaker.RemainingDelay(); d > 0 {
+			detail = fmt.Sprintf("for another %v", d.Round(time.Millisecond))
+		}
+	}
+	return c.errorf(ErrCircuitOpen, reason, "%s", detail)
+}
+
+func (c *call) totalTimeout(cause error) error {
+	c.h.emit(Event{Kind: EventTotalTimeout, Method: c.req.Method, Attempt: c.attempts, Err: ErrTotalTimeout})
+	return c.errorf(ErrTotalTimeout, cause, "of %v", c.h.cfg.TotalTimeout)
+}
+
+func (c *call) errorf(kind, cause error, format string, args ...any) error {
+	return &callError{handler: c.h.cfg.Name, kind: kind, attempts: c.attempts, detail: fmt.Sprintf(format, args...), cause: cause}
+}
+
+// start makes cancel the current attempt's and arms the timer for the
+// earlier of the attempt and total deadlines.
+func (c *call) start(cancel context.CancelCauseFunc) {
+	at, cause := c.totalAt, ErrTotalTimeout
+	if d := c.h.cfg.AttemptTimeout; d > 0 {
+		if a := time.Now().Add(d); at.IsZero() || a.Before(at) {
+			at, cause = a, ErrAttemptTimeout
+		}
+	}
+	c.mu.Lock()
+	prev := c.cancel
+	c.cancel, c.fired = cancel, nil
+	c.armLocked(at, cause)
+	c.mu.Unlock()
+	if prev != nil {
+		prev(nil) // the previous attempt failed without a body to drain
+	}
+}
+
+// headers is called when an attempt's RoundTrip returns. It reports the
+// deadline that cut the attempt short, if one did, and otherwise re-arms the
+// timer for the total deadline, which covers reading the body.
+func (c *call) headers() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fired != nil {
+		return c.fired
+	}
+	c.armLocked(c.totalAt, ErrTotalTimeout)
+	return nil
+}
+
+// armLocked sets the timer to cancel the current attempt with cause at t;
+// a zero t disarms it. c.mu must be held.
+func (c *call) armLocked(t time.Time, cause error) {
+	if t.IsZero() {
+		c.armedCause = nil
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		return
+	}
+	c.armedAt, c.armedCause = t, cause
+	if c.timer == nil {
+		c.timer = time.AfterFunc(time.Until(t), c.fire)
+	} else {
+		c.timer.Reset(time.Until(t))
+	}
+}
+
+func (c *call) fire() {
+	c.mu.Lock()
+	cause, cancel := c.armedCause, c.cancel
+	if cause == nil || cancel == nil || time.Now().Before(c.armedAt) {
+		c.mu.Unlock() // disarmed or re-armed since this firing was scheduled
+		return
+	}
+	c.fired, c.armedCause = cause, nil
+	c.mu.Unlock()
+	cancel(cause)
+}
+
+// discard drains and closes a response that is retried, bounded in bytes
+// and time, and releases its attempt.
+func (c *call) discard(resp *http.Response) {
+	c.mu.Lock()
+	at := time.Now().Add(maxDrainTime)
+	if !c.totalAt.IsZero() && c.totalAt.Before(at) {
+		at = c.totalAt
+	}
+	c.armLocked(at, errDrainTimeout)
+	c.mu.Unlock()
+	drain(resp)
+	c.mu.Lock()
+	c.armLocked(time.Time{}, nil)
+	cancel := c.cancel
+	c.cancel = nil
+	c.mu.Unlock()
+	cancel(nil)
+}
+
+// deliver hands resp to the caller, its body wrapped so that the end of the
+// body ends the call.
+func (c *call) deliver(resp *http.Response) {
+	resp.Request = c.req
+	switch {
+	case resp.Body == nil || resp.Body == http.NoBody:
+		c.finish()
+	case resp.StatusCode == http.StatusSwitchingProtocols:
+		// The body is the upgraded connection: no deadline applies to it
+		// and no permit is held for it, but its context lives until Close.
+		c.mu.Lock()
+		c.armLocked(time.Time{}, nil)
+		c.mu.Unlock()
+		c.releasePermit()
+		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
+			resp.Body = upgraded{rwc, c}
+		}
+	default:
+		c.rc = resp.Body
+		resp.Body = c
+	}
+}
+
+// Read reads the response body, ending the call at EOF or on an error.
+func (c *call) Read(p []byte) (int, error) {
+	n, err := c.rc.Read(p)
+	if err != nil {
+		if err != io.EOF {
+			err = c.bodyError(err)
+		}
+		c.finish()
+	}
+	return n, err
+}
+
+// Close closes the response body and ends the call.
+func (c *call) Close() error {
+	err := c.rc.Close()
+	c.finish()
+	return err
+}
+
+func (c *call) bodyError(err error) error {
+	c.mu.Lock()
+	fired := c.fired
+	c.mu.Unlock()
+	if fired == ErrTotalTimeout {
+		c.h.emit(Event{Kind: EventTotalTimeout, Method: c.req.Method, Attempt: c.attempts, Err: ErrTotalTimeout})
+		return c.errorf(ErrTotalTimeout, err, "of %v reading the response body", c.h.cfg.TotalTimeout)
+	}
+	return err
+}
+
+// finish ends the call: the timer stops, the attempt's context is released
+// and so is the concurrency permit. It is safe to call more than once.
+func (c *call) finish() {
+	c.mu.Lock()
+	if c.done {
+		c.mu.Unlock()
+		return
+	}
+	c.done = true
+	c.armLocked(time.Time{}, nil)
+	cancel := c.cancel
+	c.cancel = nil
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel(nil)
+	}
+	c.releasePermit()
+}
+
+func (c *call) releasePermit() {
+	if c.permit {
+		c.permit = false
+		c.h.bulkhead.ReleasePermit()
+	}
+}
+
+// upgraded is the body of a 101 Switching Protocols response: the
+// connection itself, writable.
+type upgraded struct {
+	io.ReadWriteCloser
+	c *call
+}
+
+func (u upgraded) Close() error {
+	err := u.ReadWriteCloser.Close()
+	u.c.finish()
+	return err
+}
