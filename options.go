@@ -261,8 +261,6 @@ func resolve(o Options) (*config, error) {
 		return nil, bad("Retry.Delay", r.Delay, "must not be negative")
 	case r.MaxDelay < 0:
 		return nil, bad("Retry.MaxDelay", r.MaxDelay, "must not be negative")
-	case r.MaxDelay > 0 && r.Delay > r.MaxDelay:
-		return nil, bad("Retry.MaxDelay", r.MaxDelay, fmt.Sprintf("must not be below Retry.Delay (%v)", r.Delay))
 	case r.Backoff < BackoffExponential || r.Backoff > BackoffConstant:
 		return nil, bad("Retry.Backoff", r.Backoff, "must be BackoffExponential, BackoffLinear or BackoffConstant")
 	case r.MaxRetryAfter < 0:
@@ -273,6 +271,12 @@ func resolve(o Options) (*config, error) {
 	}
 	if r.Delay == 0 {
 		r.Delay = DefaultRetryDelay
+		if r.MaxDelay > 0 && r.MaxDelay < r.Delay {
+			return nil, bad("Retry.MaxDelay", r.MaxDelay, fmt.Sprintf("must not be below Retry.Delay (default %v)", r.Delay))
+		}
+	}
+	if r.MaxDelay > 0 && r.Delay > r.MaxDelay {
+		return nil, bad("Retry.MaxDelay", r.MaxDelay, fmt.Sprintf("must not be below Retry.Delay (%v)", r.Delay))
 	}
 	if r.MaxDelay == 0 {
 		r.MaxDelay = max(DefaultMaxRetryDelay, r.Delay)
