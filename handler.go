@@ -155,7 +155,10 @@ func (h *Handler) onOpen(e circuitbreaker.StateChangedEvent) {
 	h.circuit.Store(int32(CircuitOpen))
 	summary := "the half-open probe failed"
 	if e.OldState == circuitbreaker.ClosedState {
-		m := e.Metrics()
+		// Not e.Metrics(): it reads the old state's statistics without the
+		// breaker's lock while attempts in flight record into them. The open
+		// state holds the same statistics, and the breaker locks.
+		m := h.breaker.Metrics()
 		summary = fmt.Sprintf("%d of %d attempts failed", m.Failures(), m.Executions())
 	}
 	reason := h.failures.opened(summary)
@@ -169,6 +172,7 @@ func (h *Handler) onHalfOpen(circuitbreaker.StateChangedEvent) {
 
 func (h *Handler) onClose(circuitbreaker.StateChangedEvent) {
 	h.circuit.Store(int32(CircuitClosed))
+	h.failures.reset() // a closed circuit counts afresh, and so explains afresh
 	h.emit(Event{Kind: EventCircuitClosed})
 }
 

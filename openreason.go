@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 )
@@ -31,6 +32,13 @@ func (l *failureLog) record(resp *http.Response, err error) {
 	l.mu.Unlock()
 }
 
+// reset forgets the failures recorded so far.
+func (l *failureLog) reset() {
+	l.mu.Lock()
+	l.next, l.count = 0, 0
+	l.mu.Unlock()
+}
+
 func describe(resp *http.Response, err error) string {
 	switch {
 	case errors.Is(err, ErrAttemptTimeout):
@@ -44,7 +52,7 @@ func describe(resp *http.Response, err error) string {
 }
 
 // opened builds and keeps the reason the circuit opened from the failures
-// seen last, most frequent first.
+// seen last, most frequent first (the most recent first among equals).
 func (l *failureLog) opened(summary string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -59,6 +67,7 @@ func (l *failureLog) opened(summary string) error {
 		}
 		counts[d]++
 	}
+	sort.SliceStable(order, func(i, j int) bool { return counts[order[i]] > counts[order[j]] })
 	var b strings.Builder
 	b.WriteString(summary)
 	if len(order) > 0 {

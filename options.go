@@ -232,8 +232,12 @@ func resolve(o Options) (*config, error) {
 		return nil, bad("RateLimit.RequestsPerSecond", rl.RequestsPerSecond, "must be a finite number, zero or more")
 	case rl.RequestsPerSecond > 1e9:
 		return nil, bad("RateLimit.RequestsPerSecond", rl.RequestsPerSecond, "must be at most 1e9")
+	case rl.RequestsPerSecond > 0 && rl.RequestsPerSecond < 1e-3:
+		return nil, bad("RateLimit.RequestsPerSecond", rl.RequestsPerSecond, "must be at least 0.001 (one call in 1000s) when set")
 	case rl.Burst < 0:
 		return nil, bad("RateLimit.Burst", rl.Burst, "must not be negative")
+	case rl.Burst > 1_000_000:
+		return nil, bad("RateLimit.Burst", rl.Burst, "must be at most 1000000")
 	case rl.Burst > 0 && rl.RequestsPerSecond == 0:
 		return nil, bad("RateLimit.Burst", rl.Burst, "needs RequestsPerSecond")
 	}
@@ -245,11 +249,16 @@ func resolve(o Options) (*config, error) {
 	if o.TotalTimeout == 0 {
 		o.TotalTimeout = DefaultTotalTimeout
 	}
-	if o.AttemptTimeout == 0 {
+	defaultAttempt := o.AttemptTimeout == 0
+	if defaultAttempt {
 		o.AttemptTimeout = DefaultAttemptTimeout
 	}
 	if o.TotalTimeout > 0 && o.AttemptTimeout > o.TotalTimeout {
-		return nil, bad("AttemptTimeout", o.AttemptTimeout, fmt.Sprintf("must not exceed TotalTimeout (%v)", o.TotalTimeout))
+		reason := fmt.Sprintf("must not exceed TotalTimeout (%v)", o.TotalTimeout)
+		if defaultAttempt {
+			reason += "; it defaults to 10s, so set it too when TotalTimeout is shorter"
+		}
+		return nil, bad("AttemptTimeout", o.AttemptTimeout, reason)
 	}
 
 	// Retry.

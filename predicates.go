@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 )
 
@@ -81,6 +82,11 @@ var malformedMessages = []string{
 }
 
 func isMalformed(err error) bool {
+	// Match the transport's own message, not the URL a *url.Error adds.
+	var ue *url.Error
+	for errors.As(err, &ue) && ue.Err != nil {
+		err = ue.Err
+	}
 	msg := err.Error()
 	for _, m := range malformedMessages {
 		if strings.Contains(msg, m) {

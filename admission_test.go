@@ -1,0 +1,347 @@
+package resilience
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// admUpstream holds every request until it is given a token on release (or
+// release is closed), announcing each arrival on arrived.
+type admUpstream struct {
+	*httptest.Server
+	hits     atomic.Int64
+	arrived  chan struct{}
+	release  chan struct{}
+	once     sync.Once
+	holdAll  bool
+	inFlight atomic.Int64
+	maxSeen  atomic.Int64
+}
+
+func admNewUpstream(hold bool) *admUpstream {
+	u := &admUpstream{arrived: make(chan struct{}, 128), release: make(chan struct{}), holdAll: hold}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.hits.Add(1)
+		n := u.inFlight.Add(1)
+		defer u.inFlight.Add(-1)
+		for {
+			m := u.maxSeen.Load()
+			if n <= m || u.maxSeen.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		if u.holdAll {
+			u.arrived <- struct{}{}
+			select {
+			case <-u.release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	return u
+}
+
+func (u *admUpstream) releaseOne() { u.release <- struct{}{} }
+
+func (u *admUpstream) releaseAll() { u.once.Do(func() { close(u.release) }) }
+
+func (u *admUpstream) waitArrived(t *testing.T, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		select {
+		case <-u.arrived:
+		case <-time.After(5 * time.Second):
+			require.FailNow(t, "requests never reached the upstream", "%d of %d arrived", i, n)
+		}
+	}
+}
+
+func admOptions(rec *evRecorder, rl RateLimitOptions) Options {
+	return Options{
+		Name:           "adm-test",
+		RateLimit:      rl,
+		Retry:          RetryOptions{Disabled: true},
+		CircuitBreaker: CircuitBreakerOptions{Disabled: true},
+		OnEvent:        rec.add,
+	}
+}
+
+type admResult struct {
+	status int
+	err    error
+}
+
+// admGo sends a GET in the background; the body is read and closed.
+func admGo(tr http.RoundTripper, url string) <-chan admResult {
+	ch := make(chan admResult, 1)
+	go func() {
+		status, err := cbCall(context.Background(), tr, url, false)
+		ch <- admResult{status, err}
+	}()
+	return ch
+}
+
+func admWait(t *testing.T, ch <-chan admResult) admResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "call never returned")
+	}
+	return admResult{}
+}
+
+func TestAdmissionConcurrencyLimitRejects(t *testing.T) {
+	up := admNewUpstream(true)
+	defer up.Close()
+	defer up.releaseAll()
+	rec := &evRecorder{}
+	h, err := NewHandler(admOptions(rec, RateLimitOptions{MaxConcurrent: 2}))
+	require.NoError(t, err)
+	tr := h.Transport(&http.Transport{})
+	defer tr.CloseIdleConnections()
+
+	first, second := admGo(tr, up.URL), admGo(tr, up.URL)
+	up.waitArrived(t, 2)
+
+	_, err = cbGet(t, tr, up.URL)
+	require.ErrorIs(t, err, ErrRateLimited)
+	assert.NotErrorIs(t, err, ErrTotalTimeout)
+	assert.Contains(t, err.Error(), `handler "adm-test"`)
+	assert.EqualValues(t, 2, up.hits.Load(), "the rejected call never reached the upstream")
+	limited := rec.of(EventRateLimited)
+	require.Len(t, limited, 1)
+	assert.Equal(t, "adm-test", limited[0].Handler)
+	assert.Equal(t, http.MethodGet, limited[0].Method)
+
+	up.releaseAll()
+	for _, ch := range []<-chan admResult{first, second} {
+		r := admWait(t, ch)
+		require.NoError(t, r.err)
+		assert.Equal(t, http.StatusOK, r.status)
+	}
+	for i := 0; i < 3; i++ { // permits are back: calls flow again
+		status, err := cbGet(t, tr, up.URL)
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, status)
+	}
+	assert.Equal(t, 1, rec.count(EventRateLimited))
+	assert.Zero(t, admHeldPermits(h))
+}
+
+func TestAdmissionQueueWaitsForPermit(t *testing.T) {
+	up := admNewUpstream(true)
+	defer up.Close()
+	defer up.releaseAll()
+	rec := &evRecorder{}
+	h, err := NewHandler(admOptions(rec, RateLimitOptions{MaxConcurrent: 2, MaxQueue: 1}))
+	require.NoError(t, err)
+	tr := h.Transport(&http.Transport{})
+	defer tr.CloseIdleConnections()
+
+	first, second := admGo(tr, up.URL), admGo(tr, up.URL)
+	up.waitArrived(t, 2)
+	third := admGo(tr, up.URL)
+	require.Eventually(t, func() bool { return h.queued.Load() == 1 }, 5*time.Second, time.Millisecond,
+		"the third call waits in the queue")
+
+	_, err = cbGet(t, tr, up.URL) // the queue is full
+	require.ErrorIs(t, err, ErrRateLimited)
+	assert.Equal(t, 1, rec.count(EventRateLimited))
+	assert.EqualValues(t, 2, up.hits.Load())
+
+	up.releaseOne() // one of the first two finishes and frees its permit
+	up.waitArrived(t, 1)
+	assert.EqualValues(t, 3, up.hits.Load(), "the queued call got the permit")
+	up.releaseAll()
+	for _, ch := range []<-chan admResult{first, second, third} {
+		r := admWait(t, ch)
+		require.NoError(t, r.err)
+		assert.Equal(t, http.StatusOK, r.status)
+	}
+	assert.Equal(t, 1, rec.count(EventRateLimited))
+}
+
+func TestAdmissionQueueBoundedByTotalTimeout(t *testing.T) {
+	up := admNewUpstream(false)
+	defer up.Close()
+	rec := &evRecorder{}
+	opts := admOptions(rec, RateLimitOptions{MaxConcurrent: 1, MaxQueue: 1})
+	opts.TotalTimeout = 50 * time.Millisecond
+	opts.AttemptTimeout = -1
+	h, err := NewHandler(opts)
+	require.NoError(t, err)
+	tr := h.Transport(&http.Transport{})
+	defer tr.CloseIdleConnections()
+
+	// The first call's body stays open, so its permit is never given back
+	// while the second waits.
+	req, err := http.NewRequest(http.MethodGet, up.URL, nil)
+	require.NoError(t, err)
+	held, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	defer held.Body.Close()
+
+	start := time.Now()
+	_, err = cbGet(t, tr, up.URL)
+	require.ErrorIs(t, err, ErrRateLimited)
+	assert.ErrorIs(t, err, ErrTotalTimeout, "the queue wait ran out of the total timeout")
+	assert.GreaterOrEqual(t, time.Since(start), 40*time.Millisecond, "it waited in the queue first")
+	assert.EqualValues(t, 1, up.hits.Load())
+	limited := rec.of(EventRateLimited)
+	require.Len(t, limited, 1)
+	assert.ErrorIs(t, limited[0].Err, ErrTotalTimeout)
+}
+
+func TestAdmissionRequestsPerSecond(t *testing.T) {
+	up := admNewUpstream(false)
+	defer up.Close()
+	rec := &evRecorder{}
+	h, err := NewHandler(admOptions(rec, RateLimitOptions{RequestsPerSecond: 1}))
+	require.NoError(t, err)
+	tr := h.Transport(&http.Transport{})
+	defer tr.CloseIdleConnections()
+
+	status, err := cbGet(t, tr, up.URL)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, status)
+	_, err = cbGet(t, tr, up.URL)
+	require.ErrorIs(t, err, ErrRateLimited)
+	assert.Contains(t, err.Error(), "per second")
+	assert.EqualValues(t, 1, up.hits.Load())
+	assert.Equal(t, 1, rec.count(EventRateLimited))
+
+	// A rate rejection gives back the concurrency permit it took.
+	assert.Zero(t, admHeldPermits(h), "no permit leaked")
+}
+
+// admHeldPermits reports how many of h's concurrency permits are in use,
+// by taking all the free ones and giving them back.
+func admHeldPermits(h *Handler) int {
+	free := 0
+	for h.bulkhead.TryAcquirePermit() {
+		free++
+	}
+	for i := 0; i < free; i++ {
+		h.bulkhead.ReleasePermit()
+	}
+	return h.cfg.RateLimit.MaxConcurrent - free
+}
+
+func TestAdmissionBurst(t *testing.T) {
+	up := admNewUpstream(false)
+	defer up.Close()
+	rec := &evRecorder{}
+	h, err := NewHandler(admOptions(rec, RateLimitOptions{RequestsPerSecond: 0.5, Burst: 3}))
+	require.NoError(t, err)
+	tr := h.Transport(&http.Transport{})
+	defer tr.CloseIdleConnections()
+
+	for i := 0; i < 3; i++ {
+		status, err := cbGet(t, tr, up.URL)
+		require.NoError(t, err, "call %d is within the burst", i+1)
+		assert.Equal(t, http.StatusOK, status)
+	}
+	_, err = cbGet(t, tr, up.URL)
+	require.ErrorIs(t, err, ErrRateLimited)
+	assert.EqualValues(t, 3, up.hits.Load())
+}
+
+func TestAdmissionDisabled(t *testing.T) {
+	const n = 20
+	up := admNewUpstream(true)
+	defer up.Close()
+	defer up.releaseAll()
+	rec := &evRecorder{}
+	h, err := NewHandler(admOptions(rec, RateLimitOptions{Disabled: true, MaxConcurrent: 1}))
+	require.NoError(t, err)
+	tr := h.Transport(&http.Transport{})
+	defer tr.CloseIdleConnections()
+
+	var calls []<-chan admResult
+	for i := 0; i < n; i++ {
+		calls = append(calls, admGo(tr, up.URL))
+	}
+	up.waitArrived(t, n)
+	assert.EqualValues(t, n, up.maxSeen.Load(), "all calls in flight at once")
+	up.releaseAll()
+	for _, ch := range calls {
+		r := admWait(t, ch)
+		require.NoError(t, r.err)
+		assert.Equal(t, http.StatusOK, r.status)
+	}
+	assert.Zero(t, rec.count(EventRateLimited))
+}
+
+func TestAdmissionPermitHeldUntilBodyDone(t *testing.T) {
+	up := admNewUpstream(false)
+	defer up.Close()
+	rec := &evRecorder{}
+	h, err := NewHandler(admOptions(rec, RateLimitOptions{MaxConcurrent: 1}))
+	require.NoError(t, err)
+	tr := h.Transport(&http.Transport{})
+	defer tr.CloseIdleConnections()
+
+	t.Run("until Close", func(t *testing.T) {
+		req, err := http.NewRequest(http.MethodGet, up.URL, nil)
+		require.NoError(t, err)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+
+		_, err = cbGet(t, tr, up.URL)
+		require.ErrorIs(t, err, ErrRateLimited, "the open body still holds the only permit")
+
+		require.NoError(t, resp.Body.Close())
+		status, err := cbGet(t, tr, up.URL)
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, status)
+	})
+	t.Run("until EOF", func(t *testing.T) {
+		req, err := http.NewRequest(http.MethodGet, up.URL, nil)
+		require.NoError(t, err)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+
+		_, err = cbGet(t, tr, up.URL)
+		require.ErrorIs(t, err, ErrRateLimited)
+
+		body, err := io.ReadAll(resp.Body) // EOF ends the call, without Close
+		require.NoError(t, err)
+		assert.Equal(t, "ok", string(body))
+		status, err := cbGet(t, tr, up.URL)
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, status)
+	})
+	t.Run("double Close releases once", func(t *testing.T) {
+		req, err := http.NewRequest(http.MethodGet, up.URL, nil)
+		require.NoError(t, err)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		resp.Body.Close()
+		// One permit, so two calls in flight must still be impossible.
+		req2, err := http.NewRequest(http.MethodGet, up.URL, nil)
+		require.NoError(t, err)
+		resp2, err := tr.RoundTrip(req2)
+		require.NoError(t, err)
+		defer resp2.Body.Close()
+		_, err = cbGet(t, tr, up.URL)
+		require.ErrorIs(t, err, ErrRateLimited)
+	})
+	assert.EqualValues(t, 3, rec.count(EventRateLimited))
+	assert.Zero(t, admHeldPermits(h), "every closed body gave its permit back")
+}

@@ -1,0 +1,216 @@
+package resilience
+
+import (
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestOptionsInvalid(t *testing.T) {
+	cases := []struct {
+		name  string
+		opts  Options
+		field string // the field the error must name
+		also  string // more text the error must hold, if any
+	}{
+		{"FailureRatio negative", Options{CircuitBreaker: CircuitBreakerOptions{FailureRatio: -0.1}}, "CircuitBreaker.FailureRatio", ""},
+		{"FailureRatio above 1", Options{CircuitBreaker: CircuitBreakerOptions{FailureRatio: 1.5}}, "CircuitBreaker.FailureRatio", ""},
+		{"FailureRatio NaN", Options{CircuitBreaker: CircuitBreakerOptions{FailureRatio: math.NaN()}}, "CircuitBreaker.FailureRatio", ""},
+		{"FailureRatio +Inf", Options{CircuitBreaker: CircuitBreakerOptions{FailureRatio: math.Inf(1)}}, "CircuitBreaker.FailureRatio", ""},
+		{"MinimumThroughput negative", Options{CircuitBreaker: CircuitBreakerOptions{MinimumThroughput: -1}}, "CircuitBreaker.MinimumThroughput", ""},
+		{"MaxRetries negative", Options{Retry: RetryOptions{MaxRetries: -1}}, "Retry.MaxRetries", "Disabled"},
+		{"Delay negative", Options{Retry: RetryOptions{Delay: -time.Second}}, "Retry.Delay", ""},
+		{"MaxDelay negative", Options{Retry: RetryOptions{MaxDelay: -time.Second}}, "Retry.MaxDelay", ""},
+		{"MaxRetryAfter negative", Options{Retry: RetryOptions{MaxRetryAfter: -time.Second}}, "Retry.MaxRetryAfter", ""},
+		{"SamplingDuration negative", Options{CircuitBreaker: CircuitBreakerOptions{SamplingDuration: -time.Second}}, "CircuitBreaker.SamplingDuration", ""},
+		{"BreakDuration negative", Options{CircuitBreaker: CircuitBreakerOptions{BreakDuration: -time.Second}}, "CircuitBreaker.BreakDuration", ""},
+		{"MaxConcurrent negative", Options{RateLimit: RateLimitOptions{MaxConcurrent: -1}}, "RateLimit.MaxConcurrent", ""},
+		{"MaxQueue negative", Options{RateLimit: RateLimitOptions{MaxQueue: -1}}, "RateLimit.MaxQueue", ""},
+		{"Burst negative", Options{RateLimit: RateLimitOptions{RequestsPerSecond: 1, Burst: -1}}, "RateLimit.Burst", ""},
+		{"RequestsPerSecond NaN", Options{RateLimit: RateLimitOptions{RequestsPerSecond: math.NaN()}}, "RateLimit.RequestsPerSecond", ""},
+		{"RequestsPerSecond +Inf", Options{RateLimit: RateLimitOptions{RequestsPerSecond: math.Inf(1)}}, "RateLimit.RequestsPerSecond", ""},
+		{"RequestsPerSecond -Inf", Options{RateLimit: RateLimitOptions{RequestsPerSecond: math.Inf(-1)}}, "RateLimit.RequestsPerSecond", ""},
+		{"RequestsPerSecond negative", Options{RateLimit: RateLimitOptions{RequestsPerSecond: -1}}, "RateLimit.RequestsPerSecond", ""},
+		{"Burst without RequestsPerSecond", Options{RateLimit: RateLimitOptions{Burst: 5}}, "RateLimit.Burst", "RequestsPerSecond"},
+		{"MaxDelay below Delay", Options{Retry: RetryOptions{Delay: 2 * time.Second, MaxDelay: time.Second}}, "Retry.MaxDelay", "Retry.Delay"},
+		{"MaxDelay below the default Delay", Options{Retry: RetryOptions{MaxDelay: time.Second}}, "Retry.MaxDelay", "default 2s"},
+		{"RequestsPerSecond too small", Options{RateLimit: RateLimitOptions{RequestsPerSecond: 1e-12}}, "RateLimit.RequestsPerSecond", "at least 0.001"},
+		{"Burst too large", Options{RateLimit: RateLimitOptions{RequestsPerSecond: 1, Burst: 2_000_000}}, "RateLimit.Burst", "at most"},
+		{"TotalTimeout under the default AttemptTimeout", Options{TotalTimeout: 5 * time.Second}, "AttemptTimeout", "defaults to 10s"},
+		{"AttemptTimeout above TotalTimeout", Options{TotalTimeout: time.Second, AttemptTimeout: 2 * time.Second}, "AttemptTimeout", "TotalTimeout"},
+		{"SamplingDuration under twice AttemptTimeout", Options{AttemptTimeout: time.Second, CircuitBreaker: CircuitBreakerOptions{SamplingDuration: 1500 * time.Millisecond}}, "CircuitBreaker.SamplingDuration", "AttemptTimeout"},
+		{"method with a space", Options{Retry: RetryOptions{Methods: []string{"GE T"}}}, "Retry.Methods[0]", ""},
+		{"empty method", Options{Retry: RetryOptions{Methods: []string{"PUT", ""}}}, "Retry.Methods[1]", "empty"},
+		{"method with a newline", Options{Retry: RetryOptions{Methods: []string{"GET\n"}}}, "Retry.Methods[0]", ""},
+		{"excluded method not a token", Options{Retry: RetryOptions{ExcludeMethods: []string{"GE T"}}}, "Retry.ExcludeMethods[0]", ""},
+		{"lower-case method", Options{Retry: RetryOptions{Methods: []string{"post"}}}, "Retry.Methods[0]", "POST"},
+		{"lower-case excluded method", Options{Retry: RetryOptions{ExcludeMethods: []string{"get"}}}, "Retry.ExcludeMethods[0]", "GET"},
+		{"method both included and excluded", Options{Retry: RetryOptions{Methods: []string{"PUT"}, ExcludeMethods: []string{"PUT"}}}, "Retry.Methods", "Retry.ExcludeMethods"},
+		{"Backoff above range", Options{Retry: RetryOptions{Backoff: BackoffConstant + 1}}, "Retry.Backoff", ""},
+		{"Backoff below range", Options{Retry: RetryOptions{Backoff: -1}}, "Retry.Backoff", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.Name = "opt-test"
+			var (
+				h   *Handler
+				tr  *Transport
+				err error
+			)
+			require.NotPanics(t, func() { h, err = NewHandler(tc.opts) })
+			require.Error(t, err)
+			assert.Nil(t, h)
+			msg := err.Error()
+			assert.Contains(t, msg, "resilience: ")
+			assert.Contains(t, msg, `handler "opt-test"`)
+			assert.Contains(t, msg, "invalid option "+tc.field+" ")
+			if tc.also != "" {
+				assert.Contains(t, msg, tc.also)
+			}
+
+			require.NotPanics(t, func() { tr, err = NewTransport(nil, tc.opts) })
+			require.Error(t, err)
+			assert.Nil(t, tr)
+			assert.Contains(t, err.Error(), tc.field)
+		})
+	}
+}
+
+func TestOptionsValid(t *testing.T) {
+	cases := []struct {
+		name string
+		opts Options
+	}{
+		{"zero", Options{}},
+		{"custom method PURGE", Options{Retry: RetryOptions{Methods: []string{"PURGE", "PUT"}, ExcludeMethods: []string{"GET"}}}},
+		{"token characters", Options{Retry: RetryOptions{Methods: []string{"M-SEARCH", "X_Y.Z!#$%&'*+^`|~"}}}},
+		{"timeouts disabled", Options{TotalTimeout: -1, AttemptTimeout: -1}},
+		{"total timeout disabled, attempt timeout default", Options{TotalTimeout: -1}},
+		{"sampling under twice the attempt timeout, breaker disabled", Options{
+			AttemptTimeout: time.Second,
+			CircuitBreaker: CircuitBreakerOptions{Disabled: true, SamplingDuration: 1500 * time.Millisecond},
+		}},
+		{"sampling under twice a disabled attempt timeout", Options{
+			AttemptTimeout: -1,
+			CircuitBreaker: CircuitBreakerOptions{SamplingDuration: 10 * time.Millisecond},
+		}},
+		{"ratio 1", Options{CircuitBreaker: CircuitBreakerOptions{FailureRatio: 1}}},
+		{"MaxDelay equals Delay", Options{Retry: RetryOptions{Delay: time.Second, MaxDelay: time.Second}}},
+		{"rate with burst", Options{RateLimit: RateLimitOptions{RequestsPerSecond: 10, Burst: 5}}},
+		{"fractional rate", Options{RateLimit: RateLimitOptions{RequestsPerSecond: 0.5}}},
+		{"everything disabled", Options{
+			RateLimit:      RateLimitOptions{Disabled: true},
+			Retry:          RetryOptions{Disabled: true},
+			CircuitBreaker: CircuitBreakerOptions{Disabled: true},
+		}},
+		{"every backoff", Options{Retry: RetryOptions{Backoff: BackoffLinear}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				h   *Handler
+				err error
+			)
+			require.NotPanics(t, func() { h, err = NewHandler(tc.opts) })
+			require.NoError(t, err)
+			require.NotNil(t, h)
+			assert.Equal(t, CircuitClosed, h.CircuitState())
+		})
+	}
+}
+
+func TestOptionsNegativeTimeoutsDisable(t *testing.T) {
+	cfg, err := resolve(Options{TotalTimeout: -1, AttemptTimeout: -time.Second})
+	require.NoError(t, err)
+	assert.Negative(t, cfg.TotalTimeout)
+	assert.Negative(t, cfg.AttemptTimeout)
+
+	// A handler built so still serves calls.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	tr, err := NewTransport(&http.Transport{}, Options{TotalTimeout: -1, AttemptTimeout: -1})
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+	status, err := cbGet(t, tr, srv.URL)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusNoContent, status)
+}
+
+func TestOptionsDefaults(t *testing.T) {
+	cfg, err := resolve(Options{})
+	require.NoError(t, err)
+	assert.Equal(t, "standard", cfg.Name)
+	assert.Equal(t, DefaultName, cfg.Name)
+
+	assert.False(t, cfg.RateLimit.Disabled)
+	assert.Equal(t, 1000, cfg.RateLimit.MaxConcurrent)
+	assert.Zero(t, cfg.RateLimit.MaxQueue)
+	assert.Zero(t, cfg.RateLimit.RequestsPerSecond)
+	assert.Zero(t, cfg.RateLimit.Burst)
+
+	assert.Equal(t, 30*time.Second, cfg.TotalTimeout)
+	assert.Equal(t, 10*time.Second, cfg.AttemptTimeout)
+
+	assert.False(t, cfg.Retry.Disabled)
+	assert.Equal(t, 3, cfg.Retry.MaxRetries)
+	assert.Equal(t, 2*time.Second, cfg.Retry.Delay)
+	assert.Equal(t, 30*time.Second, cfg.Retry.MaxDelay)
+	assert.Equal(t, BackoffExponential, cfg.Retry.Backoff)
+	assert.False(t, cfg.Retry.NoJitter)
+	assert.False(t, cfg.Retry.IgnoreRetryAfter)
+	assert.Zero(t, cfg.Retry.MaxRetryAfter)
+	assert.True(t, cfg.methods.allows(http.MethodGet))
+	assert.True(t, cfg.methods.allows(""), "an empty method is GET")
+	for _, m := range []string{http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodOptions} {
+		assert.False(t, cfg.methods.allows(m), "%s is not retried by default", m)
+	}
+
+	assert.False(t, cfg.CircuitBreaker.Disabled)
+	assert.Equal(t, 0.1, cfg.CircuitBreaker.FailureRatio)
+	assert.Equal(t, 100, cfg.CircuitBreaker.MinimumThroughput)
+	assert.Equal(t, 30*time.Second, cfg.CircuitBreaker.SamplingDuration)
+	assert.Equal(t, 5*time.Second, cfg.CircuitBreaker.BreakDuration)
+
+	assert.EqualValues(t, 1<<20, cfg.MaxBufferedBody)
+	assert.Nil(t, cfg.Logger)
+	assert.Nil(t, cfg.OnEvent)
+}
+
+func TestOptionsDefaultsFillOnlyZeroFields(t *testing.T) {
+	cfg, err := resolve(Options{
+		Name:  "upstream",
+		Retry: RetryOptions{Delay: time.Minute, Methods: []string{"PURGE"}, ExcludeMethods: []string{"GET"}},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "upstream", cfg.Name)
+	assert.Equal(t, time.Minute, cfg.Retry.Delay)
+	assert.Equal(t, time.Minute, cfg.Retry.MaxDelay, "MaxDelay defaults to Delay when Delay is above 30s")
+	assert.True(t, cfg.methods.allows("PURGE"))
+	assert.False(t, cfg.methods.allows(http.MethodGet))
+}
+
+func TestOptionsHandlerName(t *testing.T) {
+	h, err := NewHandler(Options{})
+	require.NoError(t, err)
+	assert.Equal(t, "standard", h.Name())
+	h, err = NewHandler(Options{Name: "payments"})
+	require.NoError(t, err)
+	assert.Equal(t, "payments", h.Name())
+	tr, err := NewTransport(nil, Options{Name: "catalog"})
+	require.NoError(t, err)
+	assert.Equal(t, "catalog", tr.Handler().Name())
+}
+
+func TestOptionsBackoffString(t *testing.T) {
+	assert.Equal(t, "exponential", BackoffExponential.String())
+	assert.Equal(t, "linear", BackoffLinear.String())
+	assert.Equal(t, "constant", BackoffConstant.String())
+	assert.Equal(t, "BackoffType(7)", BackoffType(7).String())
+}

@@ -1,0 +1,192 @@
+package resilience
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestIsTransientStatuses(t *testing.T) {
+	for _, code := range []int{408, 429, 500, 502, 503, 504, 507, 599} {
+		assert.True(t, IsTransient(&http.Response{StatusCode: code}, nil), "%d", code)
+	}
+	for _, code := range []int{200, 201, 204, 301, 304, 400, 401, 403, 404, 409, 422, 501, 505} {
+		assert.False(t, IsTransient(&http.Response{StatusCode: code}, nil), "%d", code)
+	}
+	assert.False(t, IsTransient(nil, nil))
+}
+
+func TestIsTransientErrors(t *testing.T) {
+	opErr := &net.OpError{Op: "dial", Net: "tcp", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}
+	cases := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"attempt timeout", ErrAttemptTimeout, true},
+		{"wrapped attempt timeout", fmt.Errorf("x: %w", ErrAttemptTimeout), true},
+		{"caller cancellation", context.Canceled, false},
+		{"wrapped caller cancellation", fmt.Errorf("op: %w", context.Canceled), false},
+		{"caller deadline", context.DeadlineExceeded, false},
+		{"total timeout", ErrTotalTimeout, false},
+		{"wrapped total timeout", fmt.Errorf("x: %w", ErrTotalTimeout), false},
+		{"wrapped *net.OpError", fmt.Errorf("dialing: %w", opErr), true},
+		{"connection reset", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, true},
+		{"unexpected EOF", io.ErrUnexpectedEOF, true},
+		{"EOF", io.EOF, true},
+		{"certificate verification", &tls.CertificateVerificationError{Err: errors.New("x509: certificate signed by unknown authority")}, false},
+		{"tls alert", tls.AlertError(42), false},
+		{"tls record header", tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}, false},
+		{"unsupported scheme", errors.New(`unsupported protocol scheme "ftp"`), false},
+		{"invalid header", errors.New(`net/http: invalid header field name "a b"`), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, IsTransient(nil, tc.err))
+			// An error decides, whatever response comes with it.
+			assert.Equal(t, tc.want, IsTransient(&http.Response{StatusCode: 200}, tc.err))
+		})
+	}
+}
+
+// predRetryOptions retries GETs quickly and records events.
+func predRetryOptions(rec *evRecorder) Options {
+	return Options{
+		Name:           "pred-test",
+		Retry:          RetryOptions{MaxRetries: 3, Delay: time.Millisecond, NoJitter: true},
+		CircuitBreaker: CircuitBreakerOptions{Disabled: true},
+		OnEvent:        rec.add,
+	}
+}
+
+func TestIsTransientTLSVerificationFailure(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+	}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshake errors are expected
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.StartTLS()
+	defer srv.Close()
+
+	// A plain client does not trust the test certificate.
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	req, err := http.NewRequest(http.MethodGet, srv.URL, nil)
+	require.NoError(t, err)
+	resp, err := base.RoundTrip(req)
+	require.Error(t, err)
+	require.Nil(t, resp)
+	var verr *tls.CertificateVerificationError
+	assert.ErrorAs(t, err, &verr)
+	assert.False(t, IsTransient(nil, err), "certificate failure: %v", err)
+	assert.EqualValues(t, 1, conns.Load())
+
+	// Through the handler, with retries on: one handshake, no retry.
+	rec := &evRecorder{}
+	tr, err := NewTransport(&http.Transport{}, predRetryOptions(rec))
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+	before := conns.Load()
+	_, err = cbGet(t, tr, srv.URL)
+	require.Error(t, err)
+	assert.ErrorAs(t, err, &verr, "the cause stays visible")
+	assert.Contains(t, err.Error(), `handler "pred-test"`)
+	assert.Equal(t, before+1, conns.Load(), "a certificate failure is not retried")
+	assert.Zero(t, rec.count(EventRetry))
+}
+
+func TestIsTransientUnsupportedScheme(t *testing.T) {
+	base := &http.Transport{}
+	req, err := http.NewRequest(http.MethodGet, "ftp://example.invalid/file", nil)
+	require.NoError(t, err)
+	_, err = base.RoundTrip(req)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "unsupported protocol scheme")
+	assert.False(t, IsTransient(nil, err))
+
+	rec := &evRecorder{}
+	tr, err := NewTransport(base, predRetryOptions(rec))
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	resp, err := client.Get("ftp://example.invalid/file")
+	if resp != nil {
+		resp.Body.Close()
+	}
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "unsupported protocol scheme")
+	assert.Zero(t, rec.count(EventRetry), "an unsupported scheme is not retried")
+	assert.Empty(t, rec.all())
+}
+
+func TestIsTransientMalformedRequestNotRetried(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	rec := &evRecorder{}
+	tr, err := NewTransport(&http.Transport{}, predRetryOptions(rec))
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+
+	req, err := http.NewRequest(http.MethodGet, srv.URL, nil)
+	require.NoError(t, err)
+	req.Header["Bad Header"] = []string{"x"} // a space is not allowed in a field name
+	resp, err := tr.RoundTrip(req)
+	require.Error(t, err)
+	require.Nil(t, resp)
+	assert.Contains(t, err.Error(), "invalid header field name")
+	assert.False(t, IsTransient(nil, err))
+	assert.Zero(t, rec.count(EventRetry))
+	assert.Zero(t, hits.Load())
+}
+
+func TestIsTransientBrokenConnectionRetried(t *testing.T) {
+	// The other side of the rule: a transport error that may pass is retried.
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close() // no response at all
+		}
+	}))
+	defer srv.Close()
+
+	rec := &evRecorder{}
+	opts := predRetryOptions(rec)
+	opts.Retry.MaxRetries = 2
+	tr, err := NewTransport(&http.Transport{}, opts)
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+	_, err = cbGet(t, tr, srv.URL)
+	require.Error(t, err)
+	assert.True(t, IsTransient(nil, err), "%v", err)
+	assert.Equal(t, 2, rec.count(EventRetry))
+	for _, e := range rec.of(EventRetry) {
+		assert.Error(t, e.Err, "a retry after an error carries it")
+	}
+	assert.EqualValues(t, 3, hits.Load())
+	assert.Contains(t, err.Error(), "after 3 attempts")
+}
