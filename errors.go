@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Errors returned by a Transport, for use with errors.Is. The error a
@@ -56,26 +57,24 @@ type callError struct {
 }
 
 func (e *callError) Error() string {
-	msg := fmt.Sprintf("resilience: handler %q: ", e.handler)
+	var b strings.Builder
+	fmt.Fprintf(&b, "resilience: handler %q:", e.handler)
 	if e.kind != nil {
-		msg += trimPrefix(e.kind.Error())
+		b.WriteString(" " + strings.TrimPrefix(e.kind.Error(), "resilience: "))
 	}
 	if e.detail != "" {
-		if e.kind != nil {
-			msg += " "
-		}
-		msg += e.detail
+		b.WriteString(" " + e.detail)
 	}
 	if e.attempts > 1 {
-		msg += fmt.Sprintf(" after %d attempts", e.attempts)
+		fmt.Fprintf(&b, " after %d attempts", e.attempts)
 	}
 	if e.cause != nil {
 		if e.kind != nil || e.detail != "" || e.attempts > 1 {
-			msg += ": "
+			b.WriteString(":")
 		}
-		msg += e.cause.Error()
+		b.WriteString(" " + e.cause.Error())
 	}
-	return msg
+	return b.String()
 }
 
 func (e *callError) Unwrap() []error {
@@ -101,11 +100,3 @@ func (e *callError) Timeout() bool {
 
 // Temporary is kept for net.Error; it reports the same as Timeout.
 func (e *callError) Temporary() bool { return e.Timeout() }
-
-func trimPrefix(s string) string {
-	const p = "resilience: "
-	if len(s) >= len(p) && s[:len(p)] == p {
-		return s[len(p):]
-	}
-	return s
-}

@@ -181,7 +181,8 @@ type CircuitBreakerOptions struct {
 	MinimumThroughput int
 
 	// SamplingDuration is the sliding window over which attempts are
-	// counted. It must be at least twice AttemptTimeout. Default 30s.
+	// counted. It must be at least twice AttemptTimeout. Default 30s, or
+	// twice AttemptTimeout when that is longer.
 	SamplingDuration time.Duration
 
 	// BreakDuration is how long the circuit stays open before it lets one
@@ -316,7 +317,7 @@ func resolve(o Options) (*config, error) {
 		cb.MinimumThroughput = DefaultMinimumThroughput
 	}
 	if cb.SamplingDuration == 0 {
-		cb.SamplingDuration = DefaultSamplingDuration
+		cb.SamplingDuration = max(DefaultSamplingDuration, 2*o.AttemptTimeout)
 	}
 	if cb.BreakDuration == 0 {
 		cb.BreakDuration = DefaultBreakDuration

@@ -30,10 +30,12 @@ type call struct {
 	req  *http.Request
 	body requestBody
 
-	attempts int
-	totalAt  time.Time // zero without a total timeout
-	permit   bool      // holds a bulkhead permit
-	delays   backoff.BackOff
+	attempts   int
+	repeatable bool      // the request may be sent more than once
+	prepared   bool      // body.prepare has run
+	totalAt    time.Time // zero without a total timeout
+	permit     bool      // holds a bulkhead permit
+	delays     backoff.BackOff
 
 	mu         sync.Mutex
 	timer      *time.Timer
@@ -42,6 +44,7 @@ type call struct {
 	cancel     context.CancelCauseFunc // the current attempt's
 	fired      error                   // the cause the timer cancelled the current attempt with
 	done       bool
+	reported   bool          // the total timeout while reading the body was emitted
 	rc         io.ReadCloser // the returned response's body
 }
 
@@ -50,11 +53,11 @@ var errDrainTimeout = errors.New("resilience: drain timeout")
 
 func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Response, error) {
 	c := &call{h: h, base: base, req: req}
+	c.body.orig = req.Body // closed at the end if no attempt sends it
 	if d := h.cfg.TotalTimeout; d > 0 {
 		c.totalAt = time.Now().Add(d)
 	}
 	if err := c.admit(); err != nil {
-		c.body.orig = req.Body
 		c.body.close()
 		return nil, err
 	}
@@ -118,18 +121,14 @@ func (c *call) queue() error {
 // the error.
 func (c *call) run() (*http.Response, error) {
 	cfg := c.h.cfg
-	repeatable := !cfg.Retry.Disabled && cfg.methods.repeatable(c.req)
-	if err := c.body.prepare(c.req, repeatable, cfg.MaxBufferedBody); err != nil {
-		return nil, c.errorf(nil, err, "")
-	}
+	c.repeatable = !cfg.Retry.Disabled && cfg.methods.repeatable(c.req)
 	for n := 1; ; n++ {
 		c.attempts = n
-		resp, err := c.attempt()
-		var ce *callError
-		if errors.As(err, &ce) {
-			return nil, err // final: rejected, total timeout, cancelled
+		resp, err, final := c.attempt()
+		if final {
+			return nil, err // rejected, total timeout, cancelled
 		}
-		if !repeatable || n > cfg.Retry.MaxRetries || !c.body.replayable() || !c.shouldRetry(resp, err) {
+		if !c.repeatable || n > cfg.Retry.MaxRetries || !c.body.replayable() || !c.shouldRetry(resp, err) {
 			return c.result(resp, err)
 		}
 		wait, ok := c.nextDelay(resp)
@@ -211,34 +210,42 @@ func (c *call) sleepUntil(t time.Time) error {
 }
 
 // attempt sends one attempt through the circuit breaker under the attempt
-// deadline. A *callError means the call is over; any other outcome is the
-// attempt's, for the retry layer to judge.
-func (c *call) attempt() (*http.Response, error) {
+// deadline. When final is true the call is over and err says why; otherwise
+// the outcome is the attempt's, for the retry layer to judge.
+func (c *call) attempt() (resp *http.Response, err error, final bool) {
 	h := c.h
 	if !c.totalAt.IsZero() && !time.Now().Before(c.totalAt) {
-		return nil, c.totalTimeout(nil)
+		return nil, c.totalTimeout(nil), true
 	}
 	if h.isolated.Load() {
-		return nil, c.rejected(errIsolated)
+		return nil, c.rejected(errIsolated), true
 	}
 	probe := false
 	if h.breaker != nil {
 		if !h.breaker.TryAcquirePermit() {
-			return nil, c.rejected(h.failures.lastReason())
+			return nil, c.rejected(h.failures.lastReason()), true
 		}
 		probe = h.circuit.Load() == int32(CircuitHalfOpen)
+	}
+	if !c.prepared {
+		// Only now, once the call will be sent, is the body read ahead.
+		c.prepared = true
+		if err := c.body.prepare(c.req, c.repeatable, h.cfg.MaxBufferedBody); err != nil {
+			c.abandon(probe, err)
+			return nil, c.errorf(nil, err, ""), true
+		}
 	}
 	body, getBody, err := c.body.next()
 	if err != nil {
 		c.abandon(probe, err)
-		return nil, c.errorf(nil, err, "")
+		return nil, c.errorf(nil, err, ""), true
 	}
 
 	ctx, cancel := context.WithCancelCause(c.req.Context())
 	r := c.req.WithContext(ctx)
 	r.Body, r.GetBody = body, getBody
 	c.start(cancel)
-	resp, err := c.base.RoundTrip(r)
+	resp, err = c.base.RoundTrip(r)
 
 	switch fired := c.headers(); {
 	case fired == ErrTotalTimeout:
@@ -246,7 +253,7 @@ func (c *call) attempt() (*http.Response, error) {
 			resp.Body.Close()
 		}
 		c.abandon(probe, ErrTotalTimeout)
-		return nil, c.totalTimeout(err)
+		return nil, c.totalTimeout(err), true
 	case fired == ErrAttemptTimeout:
 		if resp != nil {
 			resp.Body.Close()
@@ -255,10 +262,10 @@ func (c *call) attempt() (*http.Response, error) {
 		h.emit(Event{Kind: EventAttemptTimeout, Method: c.req.Method, Attempt: c.attempts, Err: err})
 	case err != nil && c.req.Context().Err() != nil:
 		c.abandon(probe, err)
-		return nil, c.errorf(nil, err, "")
+		return nil, c.errorf(nil, err, ""), true
 	}
 	c.record(resp, err)
-	return resp, err
+	return resp, err, false
 }
 
 // record tells the circuit breaker how the attempt went.
@@ -304,6 +311,9 @@ func (c *call) rejected(reason error) error {
 }
 
 func (c *call) totalTimeout(cause error) error {
+	if errors.Is(cause, ErrTotalTimeout) {
+		cause = nil // the transport handed back our own cause: nothing to add
+	}
 	c.h.emit(Event{Kind: EventTotalTimeout, Method: c.req.Method, Attempt: c.attempts, Err: ErrTotalTimeout})
 	return c.errorf(ErrTotalTimeout, cause, "of %v", c.h.cfg.TotalTimeout)
 }
@@ -378,11 +388,11 @@ func (c *call) fire() {
 // and time, and releases its attempt.
 func (c *call) discard(resp *http.Response) {
 	c.mu.Lock()
-	at := time.Now().Add(maxDrainTime)
+	at, cause := time.Now().Add(maxDrainTime), errDrainTimeout
 	if !c.totalAt.IsZero() && c.totalAt.Before(at) {
-		at = c.totalAt
+		at, cause = c.totalAt, ErrTotalTimeout
 	}
-	c.armLocked(at, errDrainTimeout)
+	c.armLocked(at, cause)
 	c.mu.Unlock()
 	drain(resp)
 	c.mu.Lock()
@@ -437,13 +447,21 @@ func (c *call) Close() error {
 
 func (c *call) bodyError(err error) error {
 	c.mu.Lock()
-	fired := c.fired
-	c.mu.Unlock()
+	fired, first := c.fired, !c.reported
 	if fired == ErrTotalTimeout {
-		c.h.emit(Event{Kind: EventTotalTimeout, Method: c.req.Method, Attempt: c.attempts, Err: ErrTotalTimeout})
-		return c.errorf(ErrTotalTimeout, err, "of %v reading the response body", c.h.cfg.TotalTimeout)
+		c.reported = true
 	}
-	return err
+	c.mu.Unlock()
+	if fired != ErrTotalTimeout {
+		return err
+	}
+	if first {
+		c.h.emit(Event{Kind: EventTotalTimeout, Method: c.req.Method, Attempt: c.attempts, Err: ErrTotalTimeout})
+	}
+	if errors.Is(err, ErrTotalTimeout) {
+		err = nil
+	}
+	return c.errorf(ErrTotalTimeout, err, "of %v reading the response body", c.h.cfg.TotalTimeout)
 }
 
 // finish ends the call: the timer stops, the attempt's context is released
