@@ -1,7 +1,6 @@
 package resilience
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -87,22 +86,11 @@ func isTokenChar(c byte) bool {
 	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
-type retryableKey struct{}
-
-// WithRetryable returns a context that overrides the method rule for the
-// requests made with it: retryable true lets a request of any method be
-// repeated, false keeps even a GET from being repeated. Use it for calls
-// to an upstream that honours a durable idempotency key, or to keep one
-// call from being repeated.
-func WithRetryable(ctx context.Context, retryable bool) context.Context {
-	return context.WithValue(ctx, retryableKey{}, retryable)
-}
-
 // repeatable reports whether req may be sent more than once under the
 // method rule and its context's override.
-func (s methodSet) repeatable(req *http.Request) bool {
-	if v, ok := req.Context().Value(retryableKey{}).(bool); ok {
-		return v
+func (s methodSet) repeatable(req *http.Request, o *overrides) bool {
+	if o != nil && o.retryable != 0 {
+		return o.retryable > 0
 	}
 	return s.allows(req.Method)
 }

@@ -30,12 +30,15 @@ type call struct {
 	req  *http.Request
 	body requestBody
 
-	attempts   int
-	repeatable bool      // the request may be sent more than once
-	prepared   bool      // body.prepare has run
-	totalAt    time.Time // zero without a total timeout
-	permit     bool      // holds a bulkhead permit
-	delays     backoff.BackOff
+	attempts     int
+	attemptLimit time.Duration // the attempt timeout; 0 for none
+	totalLimit   time.Duration // the total timeout; 0 for none
+	over         *overrides    // the request's overrides, if any
+	repeatable   bool          // the request may be sent more than once
+	prepared     bool          // body.prepare has run
+	totalAt      time.Time     // zero without a total timeout
+	permit       bool          // holds a bulkhead permit
+	delays       backoff.BackOff
 
 	mu         sync.Mutex
 	timer      *time.Timer
@@ -54,8 +57,18 @@ var errDrainTimeout = errors.New("resilience: drain timeout")
 func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Response, error) {
 	c := &call{h: h, base: base, req: req}
 	c.body.orig = req.Body // closed at the end if no attempt sends it
-	if d := h.cfg.TotalTimeout; d > 0 {
-		c.totalAt = time.Now().Add(d)
+	c.attemptLimit, c.totalLimit = max(0, h.cfg.AttemptTimeout), max(0, h.cfg.TotalTimeout)
+	if o := overridesFrom(req.Context()); o != nil {
+		c.over = o
+		if o.hasAttempt {
+			c.attemptLimit = max(0, o.attempt)
+		}
+		if o.hasTotal {
+			c.totalLimit = max(0, o.total)
+		}
+	}
+	if c.totalLimit > 0 {
+		c.totalAt = time.Now().Add(c.totalLimit)
 	}
 	if err := c.admit(); err != nil {
 		c.body.close()
@@ -121,7 +134,7 @@ func (c *call) queue() error {
 // the error.
 func (c *call) run() (*http.Response, error) {
 	cfg := c.h.cfg
-	c.repeatable = !cfg.Retry.Disabled && cfg.methods.repeatable(c.req)
+	c.repeatable = !cfg.Retry.Disabled && cfg.methods.repeatable(c.req, c.over)
 	for n := 1; ; n++ {
 		c.attempts = n
 		resp, err, final := c.attempt()
@@ -165,7 +178,7 @@ func (c *call) result(resp *http.Response, err error) (*http.Response, error) {
 		return resp, nil
 	}
 	if errors.Is(err, ErrAttemptTimeout) {
-		return nil, c.errorf(ErrAttemptTimeout, nil, "of %v", c.h.cfg.AttemptTimeout)
+		return nil, c.errorf(ErrAttemptTimeout, nil, "of %v", c.attemptLimit)
 	}
 	return nil, c.errorf(nil, err, "")
 }
@@ -315,7 +328,7 @@ func (c *call) totalTimeout(cause error) error {
 		cause = nil // the transport handed back our own cause: nothing to add
 	}
 	c.h.emit(Event{Kind: EventTotalTimeout, Method: c.req.Method, Attempt: c.attempts, Err: ErrTotalTimeout})
-	return c.errorf(ErrTotalTimeout, cause, "of %v", c.h.cfg.TotalTimeout)
+	return c.errorf(ErrTotalTimeout, cause, "of %v", c.totalLimit)
 }
 
 func (c *call) errorf(kind, cause error, format string, args ...any) error {
@@ -326,7 +339,7 @@ func (c *call) errorf(kind, cause error, format string, args ...any) error {
 // earlier of the attempt and total deadlines.
 func (c *call) start(cancel context.CancelCauseFunc) {
 	at, cause := c.totalAt, ErrTotalTimeout
-	if d := c.h.cfg.AttemptTimeout; d > 0 {
+	if d := c.attemptLimit; d > 0 {
 		if a := time.Now().Add(d); at.IsZero() || a.Before(at) {
 			at, cause = a, ErrAttemptTimeout
 		}
@@ -461,7 +474,7 @@ func (c *call) bodyError(err error) error {
 	if errors.Is(err, ErrTotalTimeout) {
 		err = nil
 	}
-	return c.errorf(ErrTotalTimeout, err, "of %v reading the response body", c.h.cfg.TotalTimeout)
+	return c.errorf(ErrTotalTimeout, err, "of %v reading the response body", c.totalLimit)
 }
 
 // finish ends the call: the timer stops, the attempt's context is released

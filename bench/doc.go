@@ -1,0 +1,8 @@
+// Package bench holds the benchmarks that compare the resilience standard
+// handler with a bare transport and with the Go libraries users would
+// otherwise pick: failsafe-go's failsafehttp and hashicorp/go-retryablehttp.
+//
+// It is a module of its own so that the peers never enter the dependencies
+// of github.com/resilienthttp/resilience. Run everything with ./run.sh; see
+// README.md for what each benchmark measures and the latest results.
+package bench

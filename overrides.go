@@ -1,0 +1,65 @@
+package resilience
+
+import (
+	"context"
+	"time"
+)
+
+// Per-request overrides travel in the request's context, so that one call
+// can differ from its handler's options without another handler. The .NET
+// handler has no such thing (dotnet/extensions#5048).
+
+// overrides is what a request's context changes; one context value holds
+// all of them, so a request costs one lookup whatever it overrides.
+type overrides struct {
+	retryable  int8 // 0: the method rule; 1: repeatable; -1: not
+	attempt    time.Duration
+	total      time.Duration
+	hasAttempt bool
+	hasTotal   bool
+}
+
+type overridesKey struct{}
+
+func overridesFrom(ctx context.Context) *overrides {
+	o, _ := ctx.Value(overridesKey{}).(*overrides)
+	return o
+}
+
+func withOverride(ctx context.Context, set func(*overrides)) context.Context {
+	var o overrides
+	if prev := overridesFrom(ctx); prev != nil {
+		o = *prev
+	}
+	set(&o)
+	return context.WithValue(ctx, overridesKey{}, &o)
+}
+
+// WithRetryable returns a context that overrides the method rule for the
+// requests made with it: retryable true lets a request of any method be
+// repeated, false keeps even a GET from being repeated. Use it for calls
+// to an upstream that honours a durable idempotency key, or to keep one
+// call from being repeated. Transient failures alone are still retried.
+func WithRetryable(ctx context.Context, retryable bool) context.Context {
+	return withOverride(ctx, func(o *overrides) {
+		o.retryable = -1
+		if retryable {
+			o.retryable = 1
+		}
+	})
+}
+
+// WithAttemptTimeout returns a context whose requests use d as their
+// attempt timeout instead of the handler's AttemptTimeout. A negative d
+// disables the attempt timeout for them. When it is longer than the total
+// timeout, the total timeout ends the attempt first.
+func WithAttemptTimeout(ctx context.Context, d time.Duration) context.Context {
+	return withOverride(ctx, func(o *overrides) { o.attempt, o.hasAttempt = d, true })
+}
+
+// WithTotalTimeout returns a context whose requests use d as their total
+// timeout instead of the handler's TotalTimeout. A negative d disables the
+// total timeout for them (the context's own deadline still applies).
+func WithTotalTimeout(ctx context.Context, d time.Duration) context.Context {
+	return withOverride(ctx, func(o *overrides) { o.total, o.hasTotal = d, true })
+}
