@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,8 @@ type Handler struct {
 	limiter  ratelimiter.RateLimiter[any]       // nil without a rate
 	queued   atomic.Int64                       // calls waiting for a bulkhead permit
 
+	timers sync.Pool // *timerSlot, reused from call to call
+
 	isolated atomic.Bool
 	circuit  atomic.Int32 // CircuitState as the breaker's listeners last saw it
 	failures failureLog
@@ -38,6 +41,7 @@ func NewHandler(opts Options) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{cfg: cfg}
+	h.timers.New = newTimerSlot
 	if rl := cfg.RateLimit; !rl.Disabled {
 		h.bulkhead = bulkhead.New[any](uint(rl.MaxConcurrent))
 		if rl.RequestsPerSecond > 0 {

@@ -17,12 +17,9 @@ import (
 // total deadline, retry, circuit breaker, attempt deadline. One call is one
 // *call; its response body, when returned, is the call itself, so that the
 // permit and the timer are released when the body is closed or read to EOF.
+
 //
-// One timer per call enforces both deadlines: while an attempt waits for
-// headers it is armed for the earlier of the attempt and total deadlines,
-// while the caller reads the body for the total deadline, while a retried
-// response drains for a short bound. When it fires it cancels the current
-// attempt's context with the deadline's sentinel as the cause.
+// The deadlines are enforced in deadline.go.
 
 type call struct {
 	h    *Handler
@@ -38,14 +35,16 @@ type call struct {
 	prepared     bool          // body.prepare has run
 	totalAt      time.Time     // zero without a total timeout
 	permit       bool          // holds a bulkhead permit
+	queued       bool          // waited in the admission queue
 	delays       backoff.BackOff
 
 	mu         sync.Mutex
-	timer      *time.Timer
+	timer      *timerSlot
 	armedAt    time.Time
 	armedCause error                   // what the timer cancels with; nil when disarmed
 	cancel     context.CancelCauseFunc // the current attempt's
 	fired      error                   // the cause the timer cancelled the current attempt with
+	inBody     bool                    // the current attempt's headers arrived in time
 	done       bool
 	reported   bool          // the total timeout while reading the body was emitted
 	rc         io.ReadCloser // the returned response's body
@@ -67,14 +66,15 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 			c.totalLimit = max(0, o.total)
 		}
 	}
+	now := time.Now()
 	if c.totalLimit > 0 {
-		c.totalAt = time.Now().Add(c.totalLimit)
+		c.totalAt = now.Add(c.totalLimit)
 	}
 	if err := c.admit(); err != nil {
 		c.body.close()
 		return nil, err
 	}
-	resp, err := c.run()
+	resp, err := c.run(now)
 	c.body.close()
 	if err != nil {
 		c.finish()
@@ -123,6 +123,7 @@ func (c *call) queue() error {
 	}
 	switch {
 	case err == nil:
+		c.queued = true
 		return nil
 	case errors.Is(err, bulkhead.ErrFull):
 		return reject("queued for admission until the total timeout", ErrTotalTimeout)
@@ -132,12 +133,15 @@ func (c *call) queue() error {
 
 // run is the retry loop. It returns the response to give the caller, or
 // the error.
-func (c *call) run() (*http.Response, error) {
+func (c *call) run(now time.Time) (*http.Response, error) {
 	cfg := c.h.cfg
 	c.repeatable = !cfg.Retry.Disabled && cfg.methods.repeatable(c.req, c.over)
 	for n := 1; ; n++ {
 		c.attempts = n
-		resp, err, final := c.attempt()
+		if n > 1 || c.queued {
+			now = time.Now()
+		}
+		resp, err, final := c.attempt(now)
 		if final {
 			return nil, err // rejected, total timeout, cancelled
 		}
@@ -225,9 +229,9 @@ func (c *call) sleepUntil(t time.Time) error {
 // attempt sends one attempt through the circuit breaker under the attempt
 // deadline. When final is true the call is over and err says why; otherwise
 // the outcome is the attempt's, for the retry layer to judge.
-func (c *call) attempt() (resp *http.Response, err error, final bool) {
+func (c *call) attempt(now time.Time) (resp *http.Response, err error, final bool) {
 	h := c.h
-	if !c.totalAt.IsZero() && !time.Now().Before(c.totalAt) {
+	if !c.totalAt.IsZero() && !now.Before(c.totalAt) {
 		return nil, c.totalTimeout(nil), true
 	}
 	if h.isolated.Load() {
@@ -257,7 +261,7 @@ func (c *call) attempt() (resp *http.Response, err error, final bool) {
 	ctx, cancel := context.WithCancelCause(c.req.Context())
 	r := c.req.WithContext(ctx)
 	r.Body, r.GetBody = body, getBody
-	c.start(cancel)
+	c.start(cancel, now)
 	resp, err = c.base.RoundTrip(r)
 
 	switch fired := c.headers(); {
@@ -335,81 +339,20 @@ func (c *call) errorf(kind, cause error, format string, args ...any) error {
 	return &callError{handler: c.h.cfg.Name, kind: kind, attempts: c.attempts, detail: fmt.Sprintf(format, args...), cause: cause}
 }
 
-// start makes cancel the current attempt's and arms the timer for the
-// earlier of the attempt and total deadlines.
-func (c *call) start(cancel context.CancelCauseFunc) {
-	at, cause := c.totalAt, ErrTotalTimeout
-	if d := c.attemptLimit; d > 0 {
-		if a := time.Now().Add(d); at.IsZero() || a.Before(at) {
-			at, cause = a, ErrAttemptTimeout
-		}
-	}
-	c.mu.Lock()
-	prev := c.cancel
-	c.cancel, c.fired = cancel, nil
-	c.armLocked(at, cause)
-	c.mu.Unlock()
-	if prev != nil {
-		prev(nil) // the previous attempt failed without a body to drain
-	}
-}
-
-// headers is called when an attempt's RoundTrip returns. It reports the
-// deadline that cut the attempt short, if one did, and otherwise re-arms the
-// timer for the total deadline, which covers reading the body.
-func (c *call) headers() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.fired != nil {
-		return c.fired
-	}
-	c.armLocked(c.totalAt, ErrTotalTimeout)
-	return nil
-}
-
-// armLocked sets the timer to cancel the current attempt with cause at t;
-// a zero t disarms it. c.mu must be held.
-func (c *call) armLocked(t time.Time, cause error) {
-	if t.IsZero() {
-		c.armedCause = nil
-		if c.timer != nil {
-			c.timer.Stop()
-		}
-		return
-	}
-	c.armedAt, c.armedCause = t, cause
-	if c.timer == nil {
-		c.timer = time.AfterFunc(time.Until(t), c.fire)
-	} else {
-		c.timer.Reset(time.Until(t))
-	}
-}
-
-func (c *call) fire() {
-	c.mu.Lock()
-	cause, cancel := c.armedCause, c.cancel
-	if cause == nil || cancel == nil || time.Now().Before(c.armedAt) {
-		c.mu.Unlock() // disarmed or re-armed since this firing was scheduled
-		return
-	}
-	c.fired, c.armedCause = cause, nil
-	c.mu.Unlock()
-	cancel(cause)
-}
-
 // discard drains and closes a response that is retried, bounded in bytes
 // and time, and releases its attempt.
 func (c *call) discard(resp *http.Response) {
 	c.mu.Lock()
-	at, cause := time.Now().Add(maxDrainTime), errDrainTimeout
+	now := time.Now()
+	at, cause := now.Add(maxDrainTime), errDrainTimeout
 	if !c.totalAt.IsZero() && c.totalAt.Before(at) {
 		at, cause = c.totalAt, ErrTotalTimeout
 	}
-	c.armLocked(at, cause)
+	c.armLocked(at, cause, now)
 	c.mu.Unlock()
 	drain(resp)
 	c.mu.Lock()
-	c.armLocked(time.Time{}, nil)
+	c.armLocked(time.Time{}, nil, now)
 	cancel := c.cancel
 	c.cancel = nil
 	c.mu.Unlock()
@@ -427,7 +370,7 @@ func (c *call) deliver(resp *http.Response) {
 		// The body is the upgraded connection: no deadline applies to it
 		// and no permit is held for it, but its context lives until Close.
 		c.mu.Lock()
-		c.armLocked(time.Time{}, nil)
+		c.releaseTimerLocked()
 		c.mu.Unlock()
 		c.releasePermit()
 		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
@@ -486,7 +429,7 @@ func (c *call) finish() {
 		return
 	}
 	c.done = true
-	c.armLocked(time.Time{}, nil)
+	c.releaseTimerLocked()
 	cancel := c.cancel
 	c.cancel = nil
 	c.mu.Unlock()

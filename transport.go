@@ -1,7 +1,6 @@
 package resilience
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -52,7 +51,7 @@ func (t *Transport) CloseIdleConnections() {
 type requestBody struct {
 	orig    io.ReadCloser                 // the caller's body; nil or http.NoBody when none
 	getBody func() (io.ReadCloser, error) // the caller's GetBody, or one over buf
-	buf     []byte                        // the buffered body, when buffered
+	chunks  [][]byte                      // the buffered body, when buffered
 	once    io.ReadCloser                 // a body that can be sent only once
 	sent    bool                          // orig or once has been handed to an attempt
 }
@@ -73,32 +72,88 @@ func (b *requestBody) prepare(req *http.Request, repeatable bool, limit int64) e
 		b.once = req.Body
 		return nil
 	}
-	var buf bytes.Buffer
-	if req.ContentLength > 0 {
-		buf.Grow(int(req.ContentLength))
-	}
-	if _, err := buf.ReadFrom(io.LimitReader(req.Body, limit)); err != nil {
+	chunks, complete, err := readUpTo(req.Body, limit, req.ContentLength)
+	if err != nil {
 		req.Body.Close()
 		b.sent = true
 		return fmt.Errorf("reading request body: %w", err)
 	}
-	if int64(buf.Len()) == limit {
-		var one [1]byte
-		if n, _ := io.ReadFull(req.Body, one[:]); n == 1 {
-			// Longer than limit: send what was read, then the rest, once.
-			b.once = readCloser{io.MultiReader(bytes.NewReader(buf.Bytes()), bytes.NewReader(one[:]), req.Body), req.Body}
-			return nil
-		}
+	if !complete {
+		// Longer than limit: send what was read, then the rest, once.
+		b.once = readCloser{io.MultiReader(&chunkReader{chunks: chunks}, req.Body), req.Body}
+		return nil
 	}
 	req.Body.Close()
 	b.sent = true
-	b.buf = buf.Bytes()
+	b.chunks = chunks
 	b.getBody = b.fromBuffer
 	return nil
 }
 
+// bodyChunk is the size of the pieces a body of unknown length is buffered
+// in: growing one buffer by doubling would allocate twice what it keeps.
+const bodyChunk = 32 << 10
+
+// readUpTo reads r until EOF or until it holds limit bytes, in chunks of at
+// most bodyChunk bytes, or one chunk for a declared length. complete reports
+// that r ended within the limit; if not, the chunks hold what was read,
+// one byte past the limit at most.
+func readUpTo(r io.Reader, limit, length int64) (chunks [][]byte, complete bool, err error) {
+	var held int64
+	for {
+		if held >= limit || (length > 0 && held >= length) {
+			// One more byte tells whether the body ends here.
+			var one [1]byte
+			n, err := io.ReadFull(r, one[:])
+			switch {
+			case n == 1:
+				return append(chunks, []byte{one[0]}), false, nil
+			case err == io.EOF:
+				return chunks, true, nil
+			}
+			return chunks, false, err
+		}
+		size := min(bodyChunk, limit-held)
+		if length > 0 && held == 0 {
+			size = min(length, limit)
+		}
+		buf := make([]byte, size)
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			chunks = append(chunks, buf[:n])
+			held += int64(n)
+		}
+		switch err {
+		case nil:
+		case io.EOF, io.ErrUnexpectedEOF:
+			return chunks, true, nil
+		default:
+			return chunks, false, err
+		}
+	}
+}
+
+// chunkReader reads a buffered body without consuming the chunks, so that
+// every attempt can have its own.
+type chunkReader struct {
+	chunks [][]byte
+	i, off int
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for r.i < len(r.chunks) && r.off == len(r.chunks[r.i]) {
+		r.i, r.off = r.i+1, 0
+	}
+	if r.i == len(r.chunks) {
+		return 0, io.EOF
+	}
+	n := copy(p, r.chunks[r.i][r.off:])
+	r.off += n
+	return n, nil
+}
+
 func (b *requestBody) fromBuffer() (io.ReadCloser, error) {
-	return io.NopCloser(bytes.NewReader(b.buf)), nil
+	return io.NopCloser(&chunkReader{chunks: b.chunks}), nil
 }
 
 // replayable reports whether the body can be sent again.
@@ -112,7 +167,7 @@ func (b *requestBody) next() (io.ReadCloser, func() (io.ReadCloser, error), erro
 		return b.once, nil, nil
 	case b.getBody == nil:
 		return b.orig, nil, nil // no body
-	case !b.sent && b.buf == nil:
+	case !b.sent && b.chunks == nil:
 		b.sent = true
 		return b.orig, b.getBody, nil
 	}
