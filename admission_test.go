@@ -154,7 +154,7 @@ func TestAdmissionQueueWaitsForPermit(t *testing.T) {
 	first, second := admGo(tr, up.URL), admGo(tr, up.URL)
 	up.waitArrived(t, 2)
 	third := admGo(tr, up.URL)
-	require.Eventually(t, func() bool { return h.queued.Load() == 1 }, 5*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return h.shared.queued.Load() == 1 }, 5*time.Second, time.Millisecond,
 		"the third call waits in the queue")
 
 	_, err = cbGet(t, tr, up.URL) // the queue is full
@@ -231,11 +231,11 @@ func TestAdmissionRequestsPerSecond(t *testing.T) {
 // by taking all the free ones and giving them back.
 func admHeldPermits(h *Handler) int {
 	free := 0
-	for h.bulkhead.TryAcquirePermit() {
+	for h.shared.bulkhead.TryAcquirePermit() {
 		free++
 	}
 	for i := 0; i < free; i++ {
-		h.bulkhead.ReleasePermit()
+		h.shared.bulkhead.ReleasePermit()
 	}
 	return h.cfg.RateLimit.MaxConcurrent - free
 }

@@ -22,6 +22,8 @@ const (
 	DefaultBreakDuration     = 5 * time.Second
 	DefaultAttemptTimeout    = 10 * time.Second
 	DefaultMaxBufferedBody   = 1 << 20
+	DefaultMaxHosts          = 1000
+	DefaultHostIdleTimeout   = 5 * time.Minute
 )
 
 // Options configures a standard resilience handler. The zero value is the
@@ -52,6 +54,11 @@ type Options struct {
 	// arrive. It must not exceed TotalTimeout. Default 10s; negative
 	// disables it.
 	AttemptTimeout time.Duration
+
+	// PerHost gives every authority (scheme://host:port) the handler sees a
+	// circuit breaker and limits of its own, so that one bad host among many
+	// cannot open the circuit for the rest.
+	PerHost PerHostOptions
 
 	// MaxBufferedBody is the most of a request body (one without GetBody)
 	// that is held in memory so that it can be sent again. A larger body
@@ -91,6 +98,22 @@ type RateLimitOptions struct {
 	// Burst is how many calls may start at once within the rate. It needs
 	// RequestsPerSecond. Default 0: calls are spaced evenly.
 	Burst int
+}
+
+// PerHostOptions configures per-host isolation. With it, RateLimit and
+// CircuitBreaker apply to each authority separately.
+type PerHostOptions struct {
+	// Enabled turns per-host isolation on. It is off by default: one
+	// circuit and one set of limits for every call.
+	Enabled bool
+
+	// MaxHosts is how many hosts are kept at once; meeting one more
+	// forgets the least recently used. Default 1000.
+	MaxHosts int
+
+	// IdleTimeout is how long a host goes unused before it is forgotten,
+	// with its circuit and counts. Default 5m.
+	IdleTimeout time.Duration
 }
 
 // BackoffType says how the delay between retries grows.
@@ -325,6 +348,20 @@ func resolve(o Options) (*config, error) {
 	if !cb.Disabled && o.AttemptTimeout > 0 && cb.SamplingDuration < 2*o.AttemptTimeout {
 		return nil, bad("CircuitBreaker.SamplingDuration", cb.SamplingDuration,
 			fmt.Sprintf("must be at least twice AttemptTimeout (%v)", o.AttemptTimeout))
+	}
+
+	ph := &o.PerHost
+	switch {
+	case ph.MaxHosts < 0:
+		return nil, bad("PerHost.MaxHosts", ph.MaxHosts, "must not be negative")
+	case ph.IdleTimeout < 0:
+		return nil, bad("PerHost.IdleTimeout", ph.IdleTimeout, "must not be negative")
+	}
+	if ph.MaxHosts == 0 {
+		ph.MaxHosts = DefaultMaxHosts
+	}
+	if ph.IdleTimeout == 0 {
+		ph.IdleTimeout = DefaultHostIdleTimeout
 	}
 
 	if o.MaxBufferedBody == 0 {

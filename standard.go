@@ -23,6 +23,7 @@ import (
 
 type call struct {
 	h    *Handler
+	s    *hostState
 	base http.RoundTripper
 	req  *http.Request
 	body requestBody
@@ -54,7 +55,7 @@ type call struct {
 var errDrainTimeout = errors.New("resilience: drain timeout")
 
 func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Response, error) {
-	c := &call{h: h, base: base, req: req}
+	c := &call{h: h, s: h.stateFor(req), base: base, req: req}
 	c.body.orig = req.Body // closed at the end if no attempt sends it
 	c.attemptLimit, c.totalLimit = max(0, h.cfg.AttemptTimeout), max(0, h.cfg.TotalTimeout)
 	if o := overridesFrom(req.Context()); o != nil {
@@ -87,39 +88,39 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 // admit takes a concurrency permit, waiting in the queue if there is room
 // there, and a rate permit.
 func (c *call) admit() error {
-	h := c.h
-	if h.bulkhead != nil {
-		if !h.bulkhead.TryAcquirePermit() {
+	h, s := c.h, c.s
+	if s.bulkhead != nil {
+		if !s.bulkhead.TryAcquirePermit() {
 			if err := c.queue(); err != nil {
 				return err
 			}
 		}
 		c.permit = true
 	}
-	if h.limiter != nil && !h.limiter.TryAcquirePermit() {
+	if s.limiter != nil && !s.limiter.TryAcquirePermit() {
 		c.releasePermit()
-		h.emit(Event{Kind: EventRateLimited, Method: c.req.Method})
+		c.emit(Event{Kind: EventRateLimited})
 		return c.errorf(ErrRateLimited, nil, "over %g requests per second", h.cfg.RateLimit.RequestsPerSecond)
 	}
 	return nil
 }
 
 func (c *call) queue() error {
-	h := c.h
+	h, s := c.h, c.s
 	reject := func(detail string, cause error) error {
-		h.emit(Event{Kind: EventRateLimited, Method: c.req.Method, Err: cause})
+		c.emit(Event{Kind: EventRateLimited, Err: cause})
 		return c.errorf(ErrRateLimited, cause, "%s", detail)
 	}
 	max := int64(h.cfg.RateLimit.MaxQueue)
-	defer h.queued.Add(-1)
-	if h.queued.Add(1) > max {
+	defer s.queued.Add(-1)
+	if s.queued.Add(1) > max {
 		return reject(fmt.Sprintf("%d calls in flight and %d queued", h.cfg.RateLimit.MaxConcurrent, max), nil)
 	}
 	var err error
 	if c.totalAt.IsZero() {
-		err = h.bulkhead.AcquirePermit(c.req.Context())
+		err = s.bulkhead.AcquirePermit(c.req.Context())
 	} else {
-		err = h.bulkhead.AcquirePermitWithMaxWait(c.req.Context(), time.Until(c.totalAt))
+		err = s.bulkhead.AcquirePermitWithMaxWait(c.req.Context(), time.Until(c.totalAt))
 	}
 	switch {
 	case err == nil:
@@ -154,11 +155,11 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		}
 		wakeAt := time.Now().Add(wait)
 		if c.h.observed() {
-			e := Event{Kind: EventRetry, Method: c.req.Method, Attempt: n, Delay: wait, Err: err}
+			e := Event{Kind: EventRetry, Attempt: n, Delay: wait, Err: err}
 			if resp != nil {
 				e.StatusCode = resp.StatusCode
 			}
-			c.h.emit(e)
+			c.emit(e)
 		}
 		if resp != nil {
 			c.discard(resp)
@@ -238,11 +239,11 @@ func (c *call) attempt(now time.Time) (resp *http.Response, err error, final boo
 		return nil, c.rejected(errIsolated), true
 	}
 	probe := false
-	if h.breaker != nil {
-		if !h.breaker.TryAcquirePermit() {
-			return nil, c.rejected(h.failures.lastReason()), true
+	if b := c.s.breaker; b != nil {
+		if !b.TryAcquirePermit() {
+			return nil, c.rejected(c.s.failures.lastReason()), true
 		}
-		probe = h.circuit.Load() == int32(CircuitHalfOpen)
+		probe = c.s.circuit.Load() == int32(CircuitHalfOpen)
 	}
 	if !c.prepared {
 		// Only now, once the call will be sent, is the body read ahead.
@@ -276,7 +277,7 @@ func (c *call) attempt(now time.Time) (resp *http.Response, err error, final boo
 			resp.Body.Close()
 		}
 		resp, err = nil, ErrAttemptTimeout
-		h.emit(Event{Kind: EventAttemptTimeout, Method: c.req.Method, Attempt: c.attempts, Err: err})
+		c.emit(Event{Kind: EventAttemptTimeout, Err: err})
 	case err != nil && c.req.Context().Err() != nil:
 		c.abandon(probe, err)
 		return nil, c.errorf(nil, err, ""), true
@@ -287,7 +288,7 @@ func (c *call) attempt(now time.Time) (resp *http.Response, err error, final boo
 
 // record tells the circuit breaker how the attempt went.
 func (c *call) record(resp *http.Response, err error) {
-	b := c.h.breaker
+	b := c.s.breaker
 	if b == nil {
 		return
 	}
@@ -298,7 +299,7 @@ func (c *call) record(resp *http.Response, err error) {
 		failed = IsTransient(resp, err)
 	}
 	if failed {
-		c.h.failures.record(resp, err)
+		c.s.failures.record(resp, err)
 		b.RecordFailure()
 	} else {
 		b.RecordSuccess()
@@ -311,16 +312,16 @@ func (c *call) record(resp *http.Response, err error) {
 // open until a probe succeeds.
 func (c *call) abandon(probe bool, err error) {
 	if probe {
-		c.h.failures.record(nil, fmt.Errorf("half-open probe abandoned: %w", err))
-		c.h.breaker.RecordFailure()
+		c.s.failures.record(nil, fmt.Errorf("half-open probe abandoned: %w", err))
+		c.s.breaker.RecordFailure()
 	}
 }
 
 func (c *call) rejected(reason error) error {
-	c.h.emit(Event{Kind: EventCircuitRejected, Method: c.req.Method, Attempt: c.attempts, Err: reason})
+	c.emit(Event{Kind: EventCircuitRejected, Err: reason})
 	detail := ""
-	if c.h.breaker != nil && !c.h.isolated.Load() {
-		if d := c.h.breaker.RemainingDelay(); d > 0 {
+	if c.s.breaker != nil && !c.h.isolated.Load() {
+		if d := c.s.breaker.RemainingDelay(); d > 0 {
 			detail = fmt.Sprintf("for another %v", d.Round(time.Millisecond))
 		}
 	}
@@ -331,8 +332,20 @@ func (c *call) totalTimeout(cause error) error {
 	if errors.Is(cause, ErrTotalTimeout) {
 		cause = nil // the transport handed back our own cause: nothing to add
 	}
-	c.h.emit(Event{Kind: EventTotalTimeout, Method: c.req.Method, Attempt: c.attempts, Err: ErrTotalTimeout})
+	c.emit(Event{Kind: EventTotalTimeout, Err: ErrTotalTimeout})
 	return c.errorf(ErrTotalTimeout, cause, "of %v", c.totalLimit)
+}
+
+// emit sends an event about this call.
+func (c *call) emit(e Event) {
+	if !c.h.observed() {
+		return
+	}
+	e.Method, e.Host = c.req.Method, c.s.host
+	if e.Attempt == 0 {
+		e.Attempt = c.attempts
+	}
+	c.h.emit(e)
 }
 
 func (c *call) errorf(kind, cause error, format string, args ...any) error {
@@ -412,7 +425,7 @@ func (c *call) bodyError(err error) error {
 		return err
 	}
 	if first {
-		c.h.emit(Event{Kind: EventTotalTimeout, Method: c.req.Method, Attempt: c.attempts, Err: ErrTotalTimeout})
+		c.emit(Event{Kind: EventTotalTimeout, Err: ErrTotalTimeout})
 	}
 	if errors.Is(err, ErrTotalTimeout) {
 		err = nil
@@ -442,7 +455,7 @@ func (c *call) finish() {
 func (c *call) releasePermit() {
 	if c.permit {
 		c.permit = false
-		c.h.bulkhead.ReleasePermit()
+		c.s.bulkhead.ReleasePermit()
 	}
 }
 
