@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 )
@@ -19,28 +20,47 @@ const (
 	EventCircuitClosed                          // the circuit closed
 	EventCircuitRejected                        // a call was rejected by the open circuit
 	EventRateLimited                            // a call was rejected by admission control
+	EventAttempt                                // an attempt ended: headers, or an error, after Duration
+	EventCall                                   // a call returned to its caller after Duration and Attempt attempts
 )
 
+var eventKindNames = [...]string{
+	EventRetry:             "retry",
+	EventAttemptTimeout:    "attempt_timeout",
+	EventTotalTimeout:      "total_timeout",
+	EventCircuitOpened:     "circuit_opened",
+	EventCircuitHalfOpened: "circuit_half_opened",
+	EventCircuitClosed:     "circuit_closed",
+	EventCircuitRejected:   "circuit_rejected",
+	EventRateLimited:       "rate_limited",
+	EventAttempt:           "attempt",
+	EventCall:              "call",
+}
+
 func (k EventKind) String() string {
-	switch k {
-	case EventRetry:
-		return "retry"
-	case EventAttemptTimeout:
-		return "attempt_timeout"
-	case EventTotalTimeout:
-		return "total_timeout"
-	case EventCircuitOpened:
-		return "circuit_opened"
-	case EventCircuitHalfOpened:
-		return "circuit_half_opened"
-	case EventCircuitClosed:
-		return "circuit_closed"
-	case EventCircuitRejected:
-		return "circuit_rejected"
-	case EventRateLimited:
-		return "rate_limited"
+	if k > 0 && int(k) < len(eventKindNames) {
+		return eventKindNames[k]
 	}
 	return "unknown"
+}
+
+// MarshalText returns the kind's name, as String does.
+func (k EventKind) MarshalText() ([]byte, error) {
+	if k.String() == "unknown" {
+		return nil, fmt.Errorf("resilience: unknown event kind %d", int(k))
+	}
+	return []byte(k.String()), nil
+}
+
+// UnmarshalText reads a kind's name, such as "retry" or "circuit_opened".
+func (k *EventKind) UnmarshalText(b []byte) error {
+	for i, name := range eventKindNames {
+		if name != "" && name == string(b) {
+			*k = EventKind(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("resilience: unknown event kind %q", b)
 }
 
 // An Event is something the handler did or saw.
@@ -49,19 +69,23 @@ type Event struct {
 	Host       string        // with PerHost, the authority (scheme://host:port) it concerns
 	Kind       EventKind     // what happened
 	Method     string        // the request's method, for events about a call
-	Attempt    int           // the attempt it concerns, counting from 1; 0 for circuit transitions
+	Attempt    int           // the attempt it concerns, counting from 1; for EventCall, how many were made
 	Delay      time.Duration // for EventRetry, the wait before the next attempt
+	Duration   time.Duration // for EventAttempt and EventCall, how long it took
 	StatusCode int           // the response status it concerns, if any
 	Err        error         // the error it concerns, if any; for EventCircuitOpened, why
 }
 
-// level is the slog level an event is logged at.
-func (k EventKind) level() slog.Level {
+// defaultLevel is the slog level an event is logged at unless
+// Options.LogLevels says otherwise.
+func (k EventKind) defaultLevel() slog.Level {
 	switch k {
 	case EventRetry:
 		return slog.LevelWarn
 	case EventCircuitClosed, EventCircuitHalfOpened:
 		return slog.LevelInfo
+	case EventAttempt, EventCall:
+		return slog.LevelDebug
 	}
 	return slog.LevelError
 }
@@ -76,28 +100,42 @@ func (h *Handler) emit(e Event) {
 	if h.cfg.OnEvent != nil {
 		h.cfg.OnEvent(e)
 	}
-	if l := h.cfg.Logger; l != nil {
-		lvl := e.Kind.level()
-		if !l.Enabled(context.Background(), lvl) {
-			return
-		}
-		attrs := make([]slog.Attr, 0, 6)
-		attrs = append(attrs, slog.String("handler", e.Handler), slog.String("event", e.Kind.String()))
-		if e.Method != "" {
-			attrs = append(attrs, slog.String("method", e.Method))
-		}
-		if e.Attempt > 0 {
-			attrs = append(attrs, slog.Int("attempt", e.Attempt))
-		}
-		if e.Kind == EventRetry {
-			attrs = append(attrs, slog.Duration("delay", e.Delay))
-		}
-		if e.StatusCode != 0 {
-			attrs = append(attrs, slog.Int("status", e.StatusCode))
-		}
-		if e.Err != nil {
-			attrs = append(attrs, slog.String("error", e.Err.Error()))
-		}
-		l.LogAttrs(context.Background(), lvl, "resilience: "+e.Kind.String(), attrs...)
+	if h.cfg.Logger != nil {
+		h.log(e)
 	}
+}
+
+func (h *Handler) log(e Event) {
+	lvl, ok := h.cfg.LogLevels[e.Kind]
+	if !ok {
+		lvl = e.Kind.defaultLevel()
+	}
+	l := h.cfg.Logger
+	if !l.Enabled(context.Background(), lvl) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 8)
+	attrs = append(attrs, slog.String("handler", e.Handler), slog.String("event", e.Kind.String()))
+	if e.Host != "" {
+		attrs = append(attrs, slog.String("host", e.Host))
+	}
+	if e.Method != "" {
+		attrs = append(attrs, slog.String("method", e.Method))
+	}
+	if e.Attempt > 0 {
+		attrs = append(attrs, slog.Int("attempt", e.Attempt))
+	}
+	if e.Kind == EventRetry {
+		attrs = append(attrs, slog.Duration("delay", e.Delay))
+	}
+	if e.Kind == EventAttempt || e.Kind == EventCall {
+		attrs = append(attrs, slog.Duration("duration", e.Duration))
+	}
+	if e.StatusCode != 0 {
+		attrs = append(attrs, slog.Int("status", e.StatusCode))
+	}
+	if e.Err != nil {
+		attrs = append(attrs, slog.String("error", e.Err.Error()))
+	}
+	l.LogAttrs(context.Background(), lvl, "resilience: "+e.Kind.String(), attrs...)
 }

@@ -17,13 +17,19 @@ import (
 )
 
 // evRecorder collects the events a handler emits; its add method is an
-// Options.OnEvent. The other test files of this theme reuse it.
+// Options.OnEvent. The other test files of this theme reuse it. It skips
+// EventAttempt and EventCall, which every call emits, unless measures is
+// set: their own tests look at them.
 type evRecorder struct {
-	mu     sync.Mutex
-	events []Event
+	mu       sync.Mutex
+	events   []Event
+	measures bool
 }
 
 func (r *evRecorder) add(e Event) {
+	if (e.Kind == EventAttempt || e.Kind == EventCall) && !r.measures {
+		return
+	}
 	r.mu.Lock()
 	r.events = append(r.events, e)
 	r.mu.Unlock()
@@ -219,7 +225,7 @@ func evLogLines(t *testing.T) (*slog.Logger, func() []string) {
 		return buf.Write(p)
 	})
 	l := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{
-		Level: slog.LevelDebug,
+		Level: slog.LevelInfo, // attempts and calls are logged at debug
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
 			if a.Key == slog.TimeKey && len(groups) == 0 {
 				return slog.Attr{}
@@ -328,4 +334,85 @@ func TestEventKindErrorsWrapCause(t *testing.T) {
 	assert.True(t, errors.Is(rec.of(EventCircuitOpened)[0].Err, errIsolated))
 	h.CloseCircuit()
 	assert.Equal(t, []EventKind{EventCircuitOpened, EventCircuitClosed}, rec.kinds())
+}
+
+// Every attempt and every call is reported with its duration, which is what
+// metrics are built from: 2 retries then success is three attempts, one call.
+func TestEventsMeasureAttemptsAndCalls(t *testing.T) {
+	up := evNewUpstream(http.StatusServiceUnavailable, http.StatusServiceUnavailable)
+	defer up.Close()
+	rec := &evRecorder{measures: true}
+	tr, err := NewTransport(&http.Transport{}, Options{Name: "measured", Retry: RetryOptions{Delay: time.Millisecond, NoJitter: true}, OnEvent: rec.add})
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+
+	status, err := evGet(t, tr, up.URL, http.MethodGet)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, status)
+
+	attempts := rec.of(EventAttempt)
+	require.Len(t, attempts, 3)
+	for i, e := range attempts {
+		assert.Equal(t, i+1, e.Attempt)
+		assert.Equal(t, "measured", e.Handler)
+		assert.Equal(t, http.MethodGet, e.Method)
+		assert.Positive(t, e.Duration)
+	}
+	assert.Equal(t, []int{503, 503, 200}, []int{attempts[0].StatusCode, attempts[1].StatusCode, attempts[2].StatusCode})
+	calls := rec.of(EventCall)
+	require.Len(t, calls, 1)
+	assert.Equal(t, 3, calls[0].Attempt, "the call reports how many attempts it made")
+	assert.Equal(t, http.StatusOK, calls[0].StatusCode)
+	assert.GreaterOrEqual(t, calls[0].Duration, attempts[0].Duration+attempts[1].Duration+attempts[2].Duration)
+	assert.Equal(t, []EventKind{EventAttempt, EventRetry, EventAttempt, EventRetry, EventAttempt, EventCall}, rec.kinds())
+}
+
+// A call refused before any attempt is still a call, of zero attempts.
+func TestEventsMeasureRejectedCall(t *testing.T) {
+	rec := &evRecorder{measures: true}
+	h, err := NewHandler(Options{OnEvent: rec.add})
+	require.NoError(t, err)
+	h.IsolateCircuit()
+	_, err = evGet(t, h.Transport(&http.Transport{}), "http://127.0.0.1:1/", http.MethodGet)
+	require.ErrorIs(t, err, ErrCircuitOpen)
+	calls := rec.of(EventCall)
+	require.Len(t, calls, 1)
+	assert.Equal(t, 1, calls[0].Attempt, "the attempt that the circuit refused")
+	assert.ErrorIs(t, calls[0].Err, ErrCircuitOpen)
+	assert.Empty(t, rec.of(EventAttempt), "nothing was sent")
+}
+
+func TestEventsLogLevelsOverride(t *testing.T) {
+	up := evNewUpstream(http.StatusServiceUnavailable)
+	defer up.Close()
+	var buf bytes.Buffer
+	tr, err := NewTransport(&http.Transport{}, Options{
+		Retry:     RetryOptions{Delay: time.Millisecond},
+		Logger:    slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelError})),
+		LogLevels: map[EventKind]slog.Level{EventRetry: slog.LevelError, EventCall: slog.LevelError},
+	})
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+	_, err = evGet(t, tr, up.URL, http.MethodGet)
+	require.NoError(t, err)
+	assert.Contains(t, buf.String(), "level=ERROR msg=\"resilience: retry\"", "the retry is raised to error")
+	assert.Contains(t, buf.String(), "level=ERROR msg=\"resilience: call\"")
+	assert.NotContains(t, buf.String(), "msg=\"resilience: attempt\"", "attempts stay at debug")
+
+	_, err = NewHandler(Options{LogLevels: map[EventKind]slog.Level{EventKind(99): slog.LevelInfo}})
+	require.ErrorContains(t, err, "LogLevels")
+}
+
+func TestEventKindText(t *testing.T) {
+	for k := EventRetry; k <= EventCall; k++ {
+		b, err := k.MarshalText()
+		require.NoError(t, err)
+		var back EventKind
+		require.NoError(t, back.UnmarshalText(b))
+		assert.Equal(t, k, back)
+	}
+	var k EventKind
+	assert.Error(t, k.UnmarshalText([]byte("retries")))
+	_, err := EventKind(0).MarshalText()
+	assert.Error(t, err)
 }

@@ -71,6 +71,11 @@ type Options struct {
 	// are errors; the circuit closing or half-opening is info.
 	Logger *slog.Logger
 
+	// LogLevels overrides the level Logger gets an event kind at, for
+	// instance EventRetry at slog.LevelInfo. EventAttempt and EventCall are
+	// logged at slog.LevelDebug unless it says otherwise.
+	LogLevels map[EventKind]slog.Level
+
 	// OnEvent, when set, is called synchronously with every Event. It must
 	// be safe for concurrent use and should return quickly.
 	OnEvent func(Event)
@@ -362,6 +367,12 @@ func resolve(o Options) (*config, error) {
 	}
 	if ph.IdleTimeout == 0 {
 		ph.IdleTimeout = DefaultHostIdleTimeout
+	}
+
+	for k := range o.LogLevels {
+		if k.String() == "unknown" {
+			return nil, bad("LogLevels", int(k), "is not an EventKind")
+		}
 	}
 
 	if o.MaxBufferedBody == 0 {

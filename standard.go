@@ -73,16 +73,29 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 	}
 	if err := c.admit(); err != nil {
 		c.body.close()
+		c.ended(now, nil, err)
 		return nil, err
 	}
 	resp, err := c.run(now)
 	c.body.close()
+	c.ended(now, resp, err)
 	if err != nil {
 		c.finish()
 		return nil, err
 	}
 	c.deliver(resp)
 	return resp, nil
+}
+
+// ended reports the call's outcome to observers, if any.
+func (c *call) ended(start time.Time, resp *http.Response, err error) {
+	if c.h.observed() {
+		e := Event{Kind: EventCall, Attempt: c.attempts, Duration: time.Since(start), Err: err}
+		if resp != nil {
+			e.StatusCode = resp.StatusCode
+		}
+		c.emit(e)
+	}
 }
 
 // admit takes a concurrency permit, waiting in the queue if there is room
@@ -264,8 +277,19 @@ func (c *call) attempt(now time.Time) (resp *http.Response, err error, final boo
 	r.Body, r.GetBody = body, getBody
 	c.start(cancel, now)
 	resp, err = c.base.RoundTrip(r)
+	fired := c.headers()
+	if h.observed() {
+		e := Event{Kind: EventAttempt, Duration: time.Since(now), Err: err}
+		switch {
+		case fired != nil:
+			e.Err = fired
+		case resp != nil:
+			e.StatusCode = resp.StatusCode
+		}
+		c.emit(e)
+	}
 
-	switch fired := c.headers(); {
+	switch {
 	case fired == ErrTotalTimeout:
 		if resp != nil {
 			resp.Body.Close()
@@ -342,7 +366,7 @@ func (c *call) emit(e Event) {
 		return
 	}
 	e.Method, e.Host = c.req.Method, c.s.host
-	if e.Attempt == 0 {
+	if e.Attempt == 0 && e.Kind != EventCall {
 		e.Attempt = c.attempts
 	}
 	c.h.emit(e)
