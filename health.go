@@ -1,0 +1,76 @@
+package resilience
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// Health is a report of handlers' circuits, for a health endpoint.
+type Health struct {
+	// Status is "healthy" when every circuit is closed, and "degraded"
+	// when one is open, half-open or isolated: calls to that upstream fail
+	// fast, but the service itself is up, so a load balancer should keep it.
+	Status   string                   `json:"status"`
+	Handlers map[string]HandlerHealth `json:"handlers"`
+}
+
+// HandlerHealth is one handler's part of a Health report.
+type HandlerHealth struct {
+	Circuit string            `json:"circuit"`          // closed, half-open, open or isolated
+	Reason  string            `json:"reason,omitempty"` // why the circuit opened, while it is not closed
+	Hosts   map[string]string `json:"hosts,omitempty"`  // with PerHost, each host's circuit
+}
+
+// CheckHealth reports the circuit state of each handler.
+func CheckHealth(handlers ...*Handler) Health {
+	report := Health{Status: "healthy", Handlers: make(map[string]HandlerHealth, len(handlers))}
+	for _, h := range handlers {
+		state := h.CircuitState()
+		hh := HandlerHealth{Circuit: state.String()}
+		if state != CircuitClosed {
+			report.Status = "degraded"
+			hh.Reason = h.openReason()
+		}
+		if hosts := h.HostCircuitStates(); hosts != nil {
+			hh.Hosts = make(map[string]string, len(hosts))
+			for host, s := range hosts {
+				hh.Hosts[host] = s.String()
+			}
+		}
+		report.Handlers[h.Name()] = hh
+	}
+	return report
+}
+
+// HealthHandler returns an http.Handler that serves CheckHealth of the
+// handlers as JSON, with status 200 whether healthy or degraded: an open
+// circuit to one upstream does not make this service unhealthy.
+func HealthHandler(handlers ...*Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(CheckHealth(handlers...))
+	})
+}
+
+// openReason says why the handler's circuit is not closed.
+func (h *Handler) openReason() string {
+	if h.isolated.Load() {
+		return errIsolated.Error()
+	}
+	states := []*hostState{h.shared}
+	if h.hosts != nil {
+		states = h.hosts.all()
+	}
+	for _, s := range states {
+		if s.circuitState() != CircuitClosed {
+			if r := s.failures.lastReason(); r != nil {
+				if s.host != "" {
+					return s.host + ": " + r.Error()
+				}
+				return r.Error()
+			}
+		}
+	}
+	return ""
+}

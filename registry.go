@@ -1,0 +1,69 @@
+package resilience
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// Handlers holds one Handler per named upstream, built together from a
+// Config. It is safe for concurrent use.
+type Handlers struct {
+	byName map[string]*Handler
+	names  []string
+}
+
+// Handlers builds a Handler for every upstream of c. When configure is not
+// nil it is called first with each upstream's name and Options, to set what
+// a configuration file cannot hold: Logger, OnEvent, ShouldRetry.
+func (c Config) Handlers(configure func(name string, o *Options)) (*Handlers, error) {
+	if len(c.Upstreams) == 0 {
+		return nil, fmt.Errorf("resilience: config: no upstream is configured")
+	}
+	hs := &Handlers{byName: make(map[string]*Handler, len(c.Upstreams))}
+	for _, name := range sortedKeys(c.Upstreams) {
+		o := c.Upstreams[name]
+		o.Name = name
+		if configure != nil {
+			configure(name, &o)
+		}
+		h, err := NewHandler(o)
+		if err != nil {
+			return nil, fmt.Errorf("resilience: config: upstreams.%s: %w", name, err)
+		}
+		hs.byName[name] = h
+		hs.names = append(hs.names, name)
+	}
+	return hs, nil
+}
+
+// Handler returns the handler of the named upstream. An unknown name is an
+// error, never a default handler.
+func (hs *Handlers) Handler(name string) (*Handler, error) {
+	if h, ok := hs.byName[name]; ok {
+		return h, nil
+	}
+	return nil, fmt.Errorf("resilience: no upstream %q (known: %s)", name, strings.Join(hs.names, ", "))
+}
+
+// Transport returns a Transport for the named upstream over base (nil
+// means http.DefaultTransport).
+func (hs *Handlers) Transport(name string, base http.RoundTripper) (*Transport, error) {
+	h, err := hs.Handler(name)
+	if err != nil {
+		return nil, err
+	}
+	return h.Transport(base), nil
+}
+
+// Names returns the upstreams' names, sorted.
+func (hs *Handlers) Names() []string { return append([]string(nil), hs.names...) }
+
+// All returns every handler, sorted by name.
+func (hs *Handlers) All() []*Handler {
+	all := make([]*Handler, 0, len(hs.names))
+	for _, n := range hs.names {
+		all = append(all, hs.byName[n])
+	}
+	return all
+}
