@@ -2,11 +2,14 @@ package resilience_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -167,4 +170,130 @@ func ExampleParseRetryAfter() {
 	// 2m0s true
 	// 30s true
 	// 0s false
+}
+
+// A service loads its upstreams from one file and hands each client the
+// handler of its upstream by name.
+func ExampleLoadConfig() {
+	cfg, err := resilience.LoadConfig(strings.NewReader(`{
+	  "defaults": {"totalTimeout": "10s", "attemptTimeout": "2s", "retry": {"delay": "200ms"}},
+	  "upstreams": {
+	    "pricing": {"circuitBreaker": {"minimumThroughput": 20}},
+	    "carrier": {"retry": {"methods": ["PUT"]}}
+	  }
+	}`))
+	if err != nil {
+		panic(err)
+	}
+	handlers, err := cfg.Handlers(func(name string, o *resilience.Options) {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil)).With("upstream", name)
+	})
+	if err != nil {
+		panic(err)
+	}
+	pricing, err := handlers.Transport("pricing", nil)
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: pricing}
+	_ = client
+	fmt.Println(handlers.Names())
+
+	_, err = handlers.Handler("billing")
+	fmt.Println(err)
+
+	_, err = resilience.LoadConfig(strings.NewReader(`{"upstreams": {"pricing": {"retry": {"delay": "2x"}}}}`))
+	fmt.Println(err)
+	// Output:
+	// [carrier pricing]
+	// resilience: no upstream "billing" (known: carrier, pricing)
+	// resilience: config: upstreams.pricing.retry.delay: invalid duration "2x"
+}
+
+// With PerHost, one handler in front of many hosts gives each its own
+// circuit: a failing host does not stop the calls to the others.
+func ExamplePerHostOptions() {
+	var bad, good = failingUpstream(), healthyUpstream()
+	defer bad.Close()
+	defer good.Close()
+
+	h, err := resilience.NewHandler(resilience.Options{
+		Name:    "search",
+		PerHost: resilience.PerHostOptions{Enabled: true, MaxHosts: 100},
+		Retry:   resilience.RetryOptions{Disabled: true},
+		CircuitBreaker: resilience.CircuitBreakerOptions{
+			MinimumThroughput: 5, FailureRatio: 0.5, BreakDuration: time.Minute,
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: h.Transport(nil)}
+	defer client.CloseIdleConnections()
+	for range 5 {
+		if resp, err := client.Get(bad.URL); err == nil {
+			resp.Body.Close()
+		}
+	}
+	_, err = client.Get(bad.URL)
+	fmt.Println("bad host:", errors.Is(err, resilience.ErrCircuitOpen))
+	resp, err := client.Get(good.URL)
+	if err != nil {
+		panic(err)
+	}
+	resp.Body.Close()
+	fmt.Println("good host:", resp.StatusCode)
+	// Output:
+	// bad host: true
+	// good host: 200
+}
+
+// One call can have its own timeouts, or be kept from retrying, without a
+// handler of its own.
+func ExampleWithAttemptTimeout() {
+	upstream := healthyUpstream()
+	defer upstream.Close()
+	t, err := resilience.NewTransport(nil, resilience.Options{Name: "reports"})
+	if err != nil {
+		panic(err)
+	}
+	defer t.CloseIdleConnections()
+
+	// A slow report: a longer attempt and total budget, and no retry.
+	ctx := resilience.WithAttemptTimeout(context.Background(), 45*time.Second)
+	ctx = resilience.WithTotalTimeout(ctx, 50*time.Second)
+	ctx = resilience.WithRetryable(ctx, false)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, upstream.URL+"/reports/2026", nil)
+	resp, err := (&http.Client{Transport: t}).Do(req)
+	if err != nil {
+		panic(err)
+	}
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode)
+	// Output: 200
+}
+
+// A health endpoint reports each circuit, degraded (not down) while one is
+// open, with the reason.
+func ExampleHealthHandler() {
+	pricing, _ := resilience.NewHandler(resilience.Options{Name: "pricing"})
+	carrier, _ := resilience.NewHandler(resilience.Options{Name: "carrier"})
+	carrier.IsolateCircuit() // a known maintenance window
+
+	rec := httptest.NewRecorder()
+	resilience.HealthHandler(pricing, carrier).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/health", nil))
+	fmt.Println(rec.Code, rec.Body.String())
+	// Output: 200 {"status":"degraded","handlers":{"carrier":{"circuit":"isolated","reason":"isolated by IsolateCircuit"},"pricing":{"circuit":"closed"}}}
+}
+
+func failingUpstream() *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+}
+
+func healthyUpstream() *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "ok")
+	}))
 }
