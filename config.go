@@ -300,6 +300,12 @@ var circuitBreakerFields = fieldSet[CircuitBreakerOptions]{
 	"breakDuration":     durationField(func(o *CircuitBreakerOptions) *time.Duration { return &o.BreakDuration }),
 }
 
+var retryBudgetFields = fieldSet[RetryBudgetOptions]{
+	"disabled":       boolField(func(o *RetryBudgetOptions) *bool { return &o.Disabled }),
+	"maxRatio":       floatField(func(o *RetryBudgetOptions) *float64 { return &o.MaxRatio }),
+	"minConcurrency": intField(func(o *RetryBudgetOptions) *int { return &o.MinConcurrency }),
+}
+
 var perHostFields = fieldSet[PerHostOptions]{
 	"enabled":     boolField(func(o *PerHostOptions) *bool { return &o.Enabled }),
 	"maxHosts":    intField(func(o *PerHostOptions) *int { return &o.MaxHosts }),
@@ -314,6 +320,7 @@ var optionFields = fieldSet[Options]{
 	"retry":           objectField(retryFields, func(o *Options) *RetryOptions { return &o.Retry }),
 	"circuitBreaker":  objectField(circuitBreakerFields, func(o *Options) *CircuitBreakerOptions { return &o.CircuitBreaker }),
 	"perHost":         objectField(perHostFields, func(o *Options) *PerHostOptions { return &o.PerHost }),
+	"retryBudget":     objectField(retryBudgetFields, func(o *Options) *RetryBudgetOptions { return &o.RetryBudget }),
 	"logLevels":       logLevelsField,
 }
 

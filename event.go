@@ -22,6 +22,7 @@ const (
 	EventRateLimited                            // a call was rejected by admission control
 	EventAttempt                                // an attempt ended: headers, or an error, after Duration
 	EventCall                                   // a call returned to its caller after Duration and Attempt attempts
+	EventBudgetExceeded                         // a retry or hedge was refused by the retry budget; the caller gets the last outcome
 )
 
 var eventKindNames = [...]string{
@@ -35,6 +36,7 @@ var eventKindNames = [...]string{
 	EventRateLimited:       "rate_limited",
 	EventAttempt:           "attempt",
 	EventCall:              "call",
+	EventBudgetExceeded:    "budget_exceeded",
 }
 
 func (k EventKind) String() string {
@@ -80,7 +82,7 @@ type Event struct {
 // Options.LogLevels says otherwise.
 func (k EventKind) defaultLevel() slog.Level {
 	switch k {
-	case EventRetry:
+	case EventRetry, EventBudgetExceeded:
 		return slog.LevelWarn
 	case EventCircuitClosed, EventCircuitHalfOpened:
 		return slog.LevelInfo

@@ -23,6 +23,8 @@ const (
 	DefaultAttemptTimeout    = 10 * time.Second
 	DefaultMaxBufferedBody   = 1 << 20
 	DefaultMaxHosts          = 1000
+	DefaultBudgetRatio       = 0.2
+	DefaultBudgetMinimum     = 3
 	DefaultHostIdleTimeout   = 5 * time.Minute
 )
 
@@ -46,6 +48,11 @@ type Options struct {
 
 	// Retry repeats transient failures of requests that are safe to repeat.
 	Retry RetryOptions
+
+	// RetryBudget caps retries (and hedges) as a share of the calls in
+	// flight, so that a failing upstream is not sent several times its
+	// usual load when it can least afford it.
+	RetryBudget RetryBudgetOptions
 
 	// CircuitBreaker stops calling an upstream that keeps failing.
 	CircuitBreaker CircuitBreakerOptions
@@ -194,6 +201,27 @@ type RetryOptions struct {
 	ShouldRetry func(*http.Response, error) bool
 }
 
+// RetryBudgetOptions configures the retry budget, shared by every call of
+// a handler (all its hosts, with PerHost), as Envoy's retry budgets are: a
+// retry is refused while retries in flight exceed MaxRatio of the calls in
+// flight, unless fewer than MinConcurrency retries are in flight. A retry is
+// in flight from the moment it is decided, through its wait, until its
+// attempt ends. A refused retry gives the caller the last outcome at once,
+// and an EventBudgetExceeded.
+type RetryBudgetOptions struct {
+	// Disabled switches the budget off: every retry the retry layer allows
+	// is made.
+	Disabled bool
+
+	// MaxRatio is the largest share of calls in flight that may be
+	// retries, in (0, 1]. Default 0.2.
+	MaxRatio float64
+
+	// MinConcurrency is how many retries may be in flight whatever the
+	// ratio, so that a quiet handler can still retry. Default 3.
+	MinConcurrency int
+}
+
 // CircuitBreakerOptions configures the circuit breaker, which sits inside
 // the retry layer and so counts attempts, not calls.
 type CircuitBreakerOptions struct {
@@ -322,6 +350,21 @@ func resolve(o Options) (*config, error) {
 	methods, err := newMethodSet(r.Methods, r.ExcludeMethods)
 	if err != nil {
 		return nil, &optionError{handler: o.Name, field: err.field, value: err.value, reason: err.reason}
+	}
+
+	// Retry budget.
+	rb := &o.RetryBudget
+	switch {
+	case math.IsNaN(rb.MaxRatio) || rb.MaxRatio < 0 || rb.MaxRatio > 1:
+		return nil, bad("RetryBudget.MaxRatio", rb.MaxRatio, "must be in (0, 1]")
+	case rb.MinConcurrency < 0:
+		return nil, bad("RetryBudget.MinConcurrency", rb.MinConcurrency, "must not be negative")
+	}
+	if rb.MaxRatio == 0 {
+		rb.MaxRatio = DefaultBudgetRatio
+	}
+	if rb.MinConcurrency == 0 {
+		rb.MinConcurrency = DefaultBudgetMinimum
 	}
 
 	// Circuit breaker.

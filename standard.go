@@ -36,6 +36,8 @@ type call struct {
 	prepared     bool          // body.prepare has run
 	totalAt      time.Time     // zero without a total timeout
 	permit       bool          // holds a bulkhead permit
+	counted      bool          // counted by the retry budget as a call in flight
+	retrying     bool          // holds a retry budget permit
 	queued       bool          // waited in the admission queue
 	delays       backoff.BackOff
 
@@ -75,6 +77,10 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 		c.body.close()
 		c.ended(now, nil, err)
 		return nil, err
+	}
+	if h.budget != nil {
+		h.budget.RecordExecution()
+		c.counted = true
 	}
 	resp, err := c.run(now)
 	c.body.close()
@@ -156,6 +162,7 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 			now = time.Now()
 		}
 		resp, err, final := c.attempt(now)
+		c.releaseRetry()
 		if final {
 			return nil, err // rejected, total timeout, cancelled
 		}
@@ -165,6 +172,14 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		wait, ok := c.nextDelay(resp)
 		if !ok {
 			return c.result(resp, err) // the wait asked for does not fit: answer now
+		}
+		if !c.acquireRetry() {
+			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: err}
+			if resp != nil {
+				e.StatusCode = resp.StatusCode
+			}
+			c.emit(e)
+			return c.result(resp, err)
 		}
 		wakeAt := time.Now().Add(wait)
 		if c.h.observed() {
@@ -180,6 +195,23 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		if err := c.sleepUntil(wakeAt); err != nil {
 			return nil, c.errorf(nil, err, "waiting to retry")
 		}
+	}
+}
+
+// acquireRetry takes a retry budget permit, held through the wait and the
+// attempt that follow.
+func (c *call) acquireRetry() bool {
+	if c.h.budget == nil {
+		return true
+	}
+	c.retrying = c.h.budget.TryAcquirePermit()
+	return c.retrying
+}
+
+func (c *call) releaseRetry() {
+	if c.retrying {
+		c.retrying = false
+		c.h.budget.ReleasePermit()
 	}
 }
 
@@ -474,6 +506,11 @@ func (c *call) finish() {
 		cancel(nil)
 	}
 	c.releasePermit()
+	c.releaseRetry()
+	if c.counted {
+		c.counted = false
+		c.h.budget.ReleaseExecution()
+	}
 }
 
 func (c *call) releasePermit() {

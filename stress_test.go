@@ -680,7 +680,7 @@ func (s *stressConn) Close() error {
 
 // stressEvents counts a handler's events by kind.
 type stressEvents struct {
-	n       [EventCall + 1]atomic.Int64
+	n       [EventBudgetExceeded + 1]atomic.Int64
 	retried atomic.Int64 // retries after a response, which was drained
 }
 

@@ -202,8 +202,9 @@ func TestTransportConcurrentCallsShareHandler(t *testing.T) {
 		}
 		io.WriteString(w, r.URL.Path)
 	})
-	// Half the attempts fail: the breaker (tested elsewhere) would open.
-	h, err := NewHandler(Options{Name: "shared", Retry: quickRetry(), CircuitBreaker: CircuitBreakerOptions{Disabled: true}})
+	// Half the attempts fail: the breaker and the retry budget (tested
+	// elsewhere) would step in.
+	h, err := NewHandler(Options{Name: "shared", Retry: quickRetry(), CircuitBreaker: CircuitBreakerOptions{Disabled: true}, RetryBudget: RetryBudgetOptions{Disabled: true}})
 	require.NoError(t, err)
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	t.Cleanup(base.CloseIdleConnections)
