@@ -23,6 +23,7 @@ const (
 	EventAttempt                                // an attempt ended: headers, or an error, after Duration
 	EventCall                                   // a call returned to its caller after Duration and Attempt attempts
 	EventBudgetExceeded                         // a retry or hedge was refused by the retry budget; the caller gets the last outcome
+	EventHedge                                  // another attempt was sent alongside those running, after Delay (0: on a failure)
 )
 
 var eventKindNames = [...]string{
@@ -37,6 +38,7 @@ var eventKindNames = [...]string{
 	EventAttempt:           "attempt",
 	EventCall:              "call",
 	EventBudgetExceeded:    "budget_exceeded",
+	EventHedge:             "hedge",
 }
 
 func (k EventKind) String() string {
@@ -84,7 +86,7 @@ func (k EventKind) defaultLevel() slog.Level {
 	switch k {
 	case EventRetry, EventBudgetExceeded:
 		return slog.LevelWarn
-	case EventCircuitClosed, EventCircuitHalfOpened:
+	case EventCircuitClosed, EventCircuitHalfOpened, EventHedge:
 		return slog.LevelInfo
 	case EventAttempt, EventCall:
 		return slog.LevelDebug

@@ -20,8 +20,11 @@ type methodError struct {
 	field, value, reason string
 }
 
-func newMethodSet(include, exclude []string) (methodSet, *methodError) {
-	s := methodSet{http.MethodGet: {}}
+func newMethodSet(safe, include, exclude []string) (methodSet, *methodError) {
+	s := make(methodSet, len(safe)+len(include))
+	for _, m := range safe {
+		s[m] = struct{}{}
+	}
 	excluded := make(map[string]bool, len(exclude))
 	for i, m := range exclude {
 		if err := checkMethod("Retry.ExcludeMethods", i, m); err != nil {

@@ -24,6 +24,8 @@ const (
 	DefaultMaxBufferedBody   = 1 << 20
 	DefaultMaxHosts          = 1000
 	DefaultBudgetRatio       = 0.2
+	DefaultMaxHedges         = 1
+	DefaultHedgingDelay      = 2 * time.Second
 	DefaultBudgetMinimum     = 3
 	DefaultHostIdleTimeout   = 5 * time.Minute
 )
@@ -53,6 +55,10 @@ type Options struct {
 	// flight, so that a failing upstream is not sent several times its
 	// usual load when it can least afford it.
 	RetryBudget RetryBudgetOptions
+
+	// Hedging, when enabled, takes the retry layer's place: while an
+	// attempt has no acceptable answer, another is sent alongside it.
+	Hedging HedgingOptions
 
 	// CircuitBreaker stops calling an upstream that keeps failing.
 	CircuitBreaker CircuitBreakerOptions
@@ -201,6 +207,28 @@ type RetryOptions struct {
 	ShouldRetry func(*http.Response, error) bool
 }
 
+// HedgingOptions configures hedging, which replaces the retry layer when
+// enabled (as in .NET's standard hedging handler): the first attempt goes
+// out, and while no attempt has an acceptable outcome, another follows
+// after Delay, up to MaxHedges more. A handled failure (what IsTransient or
+// Retry.ShouldRetry would retry) never wins while attempts are still
+// running, and sends the next hedge at once. The first acceptable outcome
+// wins; the others are cancelled, drained and closed. Only requests that
+// are safe to repeat are hedged: GET, HEAD and OPTIONS by default, widened
+// or narrowed by Retry.Methods and Retry.ExcludeMethods, overridden by
+// WithRetryable. Each hedge needs a retry budget permit and a closed circuit.
+type HedgingOptions struct {
+	// Enabled turns hedging on, and the retry layer off.
+	Enabled bool
+
+	// MaxHedges is how many attempts may be sent besides the first, at
+	// most 10. Default 1.
+	MaxHedges int
+
+	// Delay is how long an attempt runs before the next is sent. Default 2s.
+	Delay time.Duration
+}
+
 // RetryBudgetOptions configures the retry budget, shared by every call of
 // a handler (all its hosts, with PerHost), as Envoy's retry budgets are: a
 // retry is refused while retries in flight exceed MaxRatio of the calls in
@@ -347,7 +375,24 @@ func resolve(o Options) (*config, error) {
 	if r.MaxDelay == 0 {
 		r.MaxDelay = max(DefaultMaxRetryDelay, r.Delay)
 	}
-	methods, err := newMethodSet(r.Methods, r.ExcludeMethods)
+	hg := &o.Hedging
+	switch {
+	case hg.MaxHedges < 0 || hg.MaxHedges > 10:
+		return nil, bad("Hedging.MaxHedges", hg.MaxHedges, "must be between 1 and 10")
+	case hg.Delay < 0:
+		return nil, bad("Hedging.Delay", hg.Delay, "must not be negative")
+	}
+	if hg.MaxHedges == 0 {
+		hg.MaxHedges = DefaultMaxHedges
+	}
+	if hg.Delay == 0 {
+		hg.Delay = DefaultHedgingDelay
+	}
+	safe := []string{http.MethodGet}
+	if hg.Enabled {
+		safe = []string{http.MethodGet, http.MethodHead, http.MethodOptions}
+	}
+	methods, err := newMethodSet(safe, r.Methods, r.ExcludeMethods)
 	if err != nil {
 		return nil, &optionError{handler: o.Name, field: err.field, value: err.value, reason: err.reason}
 	}

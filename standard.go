@@ -82,7 +82,13 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 		h.budget.RecordExecution()
 		c.counted = true
 	}
-	resp, err := c.run(now)
+	var resp *http.Response
+	var err error
+	if h.cfg.Hedging.Enabled {
+		resp, err = c.hedge(now)
+	} else {
+		resp, err = c.run(now)
+	}
 	c.body.close()
 	c.ended(now, resp, err)
 	if err != nil {

@@ -112,8 +112,8 @@ func TestStress(t *testing.T) {
 
 	events := &stressEvents{}
 	h, err := NewHandler(Options{
-		Name:            "stress",
-		RateLimit:       RateLimitOptions{MaxConcurrent: maxConcurrent, MaxQueue: maxQueue},
+		Name:      "stress",
+		RateLimit: RateLimitOptions{MaxConcurrent: maxConcurrent, MaxQueue: maxQueue},
 		// Generous against a loaded machine: an attempt starved of CPU
 		// must not time out, or the breaker never settles; hangs still do.
 		TotalTimeout:    2 * time.Second,
@@ -682,7 +682,7 @@ func (s *stressConn) Close() error {
 
 // stressEvents counts a handler's events by kind.
 type stressEvents struct {
-	n       [EventBudgetExceeded + 1]atomic.Int64
+	n       [len(eventKindNames)]atomic.Int64
 	retried atomic.Int64 // retries after a response, which was drained
 }
 

@@ -31,6 +31,18 @@ func NewTransport(base http.RoundTripper, opts Options) (*Transport, error) {
 	return h.Transport(base), nil
 }
 
+// NewHedgingTransport returns a Transport with the standard hedging handler,
+// the counterpart of .NET's AddStandardHedgingHandler: the total timeout,
+// then hedging (one more attempt after 2s by default, up to 10), and inside,
+// per authority, a concurrency limit, a circuit breaker and the attempt
+// timeout. It is NewTransport with Hedging.Enabled and PerHost.Enabled set;
+// the other fields of opts mean what they mean there.
+func NewHedgingTransport(base http.RoundTripper, opts Options) (*Transport, error) {
+	opts.Hedging.Enabled = true
+	opts.PerHost.Enabled = true
+	return NewTransport(base, opts)
+}
+
 // Handler returns the Handler whose state the Transport uses.
 func (t *Transport) Handler() *Handler { return t.h }
 

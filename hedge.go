@@ -1,0 +1,269 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+)
+
+// Hedging, in place of the retry layer: the first attempt goes out, and
+// while it has no acceptable outcome another follows after Delay, up to
+// MaxHedges more, each with its own request clone, body copy, circuit
+// permit, attempt deadline and goroutine. The first acceptable outcome wins;
+// a handled failure (what would be retried) never wins while attempts are
+// still running, and sends the next hedge at once. The losers are cancelled,
+// their responses drained and closed; the winner's body stays readable.
+//
+// The call's own context (a child of the request's) is cancelled by the
+// total deadline's timer, so it bounds every attempt and the winner's body.
+
+// errHedgeLost cancels the attempts that lost the race.
+var errHedgeLost = errors.New("resilience: another hedged attempt won")
+
+// What an attempt of a hedged call came to.
+type outcomeKind int
+
+const (
+	outcomeFailure   outcomeKind = iota // a handled failure: it does not win
+	outcomeWin                          // acceptable: the call is over
+	outcomeRejected                     // the circuit refused it; nothing was sent
+	outcomeAbandoned                    // cancelled: lost the race, the deadline, or the caller left
+)
+
+type hedgeOutcome struct {
+	n      int
+	resp   *http.Response
+	err    error // for outcomeRejected, why the circuit is open
+	kind   outcomeKind
+	budget bool // the attempt held a retry budget permit
+}
+
+type hedgeAttempt struct {
+	cancel context.CancelCauseFunc
+	done   bool
+}
+
+func (c *call) hedge(now time.Time) (*http.Response, error) {
+	cfg := c.h.cfg
+	ctx, cancel := context.WithCancelCause(c.req.Context())
+	c.mu.Lock()
+	c.cancel, c.inBody = cancel, true // the timer only ever enforces the total deadline here
+	c.armLocked(c.totalAt, ErrTotalTimeout, now)
+	c.mu.Unlock()
+
+	c.repeatable = cfg.methods.repeatable(c.req, c.over)
+	if err := c.body.prepare(c.req, c.repeatable, cfg.MaxBufferedBody); err != nil {
+		return nil, c.errorf(nil, err, "")
+	}
+	hedges := 0
+	if c.repeatable && c.body.replayable() {
+		hedges = cfg.Hedging.MaxHedges
+	}
+
+	results := make(chan hedgeOutcome, 1+hedges)
+	var attempts []*hedgeAttempt
+	running := 0
+	launch := func(budgeted bool) error {
+		body, getBody, err := c.body.next()
+		if err != nil {
+			return err
+		}
+		n := len(attempts) + 1
+		actx, acancel := context.WithCancelCause(ctx)
+		attempts = append(attempts, &hedgeAttempt{cancel: acancel})
+		c.attempts = n
+		running++
+		go func() {
+			o := c.hedgeAttempt(actx, acancel, n, body, getBody)
+			o.budget = budgeted
+			results <- o
+		}()
+		return nil
+	}
+	// another sends one more hedge if the rules allow it, and says whether
+	// it did.
+	another := func(delay time.Duration) bool {
+		if len(attempts) > hedges || c.h.isolated.Load() {
+			return false
+		}
+		if c.s.breaker != nil && c.s.circuit.Load() != int32(CircuitClosed) {
+			return false // an open or probing circuit gets no extra load
+		}
+		if c.h.budget != nil && !c.h.budget.TryAcquirePermit() {
+			c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(attempts) + 1})
+			return false
+		}
+		c.emit(Event{Kind: EventHedge, Attempt: len(attempts) + 1, Delay: delay})
+		if err := launch(c.h.budget != nil); err != nil {
+			if c.h.budget != nil {
+				c.h.budget.ReleasePermit()
+			}
+			return false
+		}
+		return true
+	}
+
+	if err := launch(false); err != nil {
+		return nil, c.errorf(nil, err, "")
+	}
+	var timer *time.Timer
+	var tick <-chan time.Time
+	if hedges > 0 {
+		timer = time.NewTimer(cfg.Hedging.Delay)
+		defer timer.Stop()
+		tick = timer.C
+	}
+
+	var last *hedgeOutcome // the latest handled failure, kept until something better comes
+	for {
+		select {
+		case o := <-results:
+			running--
+			attempts[o.n-1].done = true
+			if o.budget {
+				c.h.budget.ReleasePermit()
+			}
+			switch o.kind {
+			case outcomeWin:
+				c.settle(attempts, results, running, last)
+				if o.err != nil {
+					return nil, c.errorf(nil, o.err, "")
+				}
+				return o.resp, nil
+			case outcomeRejected:
+				if o.n == 1 {
+					c.settle(attempts, results, running, last)
+					return nil, c.rejected(o.err)
+				}
+				c.emit(Event{Kind: EventCircuitRejected, Attempt: o.n, Err: o.err})
+			case outcomeFailure:
+				if last != nil {
+					c.discardOutcome(last)
+				}
+				last = &o
+				if another(0) {
+					if timer != nil {
+						timer.Reset(cfg.Hedging.Delay)
+					}
+					continue
+				}
+			}
+			if running == 0 && last != nil {
+				return c.result(last.resp, last.err) // every attempt failed
+			}
+		case <-tick:
+			if another(cfg.Hedging.Delay) {
+				timer.Reset(cfg.Hedging.Delay)
+			}
+		case <-ctx.Done():
+			c.settle(attempts, results, running, last)
+			if context.Cause(ctx) == ErrTotalTimeout {
+				return nil, c.totalTimeout(nil)
+			}
+			return nil, c.errorf(nil, c.req.Context().Err(), "")
+		}
+	}
+}
+
+// hedgeAttempt is one attempt of a hedged call, in its own goroutine: under
+// the circuit breaker and the attempt deadline, on its own context. It
+// touches nothing of the call that the main goroutine writes.
+func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc, n int, body io.ReadCloser, getBody func() (io.ReadCloser, error)) hedgeOutcome {
+	unsent := func() {
+		if body != nil {
+			body.Close() // RoundTrip closes the bodies it sends, and only those
+		}
+	}
+	if c.h.isolated.Load() {
+		unsent()
+		return hedgeOutcome{n: n, kind: outcomeRejected, err: errIsolated}
+	}
+	probe := false
+	if b := c.s.breaker; b != nil {
+		if !b.TryAcquirePermit() {
+			unsent()
+			return hedgeOutcome{n: n, kind: outcomeRejected, err: c.s.failures.lastReason()}
+		}
+		probe = c.s.circuit.Load() == int32(CircuitHalfOpen)
+	}
+	var deadline *time.Timer
+	if d := c.attemptLimit; d > 0 {
+		deadline = time.AfterFunc(d, func() { cancel(ErrAttemptTimeout) })
+	}
+	start := time.Now()
+	r := c.req.WithContext(ctx)
+	r.Body, r.GetBody = body, getBody
+	resp, err := c.base.RoundTrip(r)
+	if deadline != nil {
+		deadline.Stop()
+	}
+	cause := context.Cause(ctx)
+	if err == nil && cause != ErrAttemptTimeout {
+		cause = nil // headers came; a later cancellation is the race's or the caller's
+	}
+	if c.h.observed() {
+		e := Event{Kind: EventAttempt, Attempt: n, Duration: time.Since(start), Err: err}
+		switch {
+		case cause == ErrAttemptTimeout:
+			e.Err = cause
+		case resp != nil:
+			e.StatusCode = resp.StatusCode
+		}
+		c.emit(e)
+	}
+	switch {
+	case cause == ErrAttemptTimeout:
+		if resp != nil {
+			resp.Body.Close()
+		}
+		c.emit(Event{Kind: EventAttemptTimeout, Attempt: n, Err: ErrAttemptTimeout})
+		c.record(nil, ErrAttemptTimeout)
+		return hedgeOutcome{n: n, err: ErrAttemptTimeout, kind: outcomeFailure}
+	case cause != nil:
+		c.abandon(probe, err) // says nothing about the upstream
+		return hedgeOutcome{n: n, err: err, kind: outcomeAbandoned}
+	}
+	c.record(resp, err)
+	if c.shouldRetry(resp, err) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
+		return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeFailure}
+	}
+	return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeWin}
+}
+
+// settle cancels the attempts still running and, in the background, drains
+// and closes what they return; it discards the kept failure too. The winner,
+// if any, is not among them.
+func (c *call) settle(attempts []*hedgeAttempt, results <-chan hedgeOutcome, running int, last *hedgeOutcome) {
+	for _, a := range attempts {
+		if !a.done {
+			a.cancel(errHedgeLost)
+		}
+	}
+	if last != nil {
+		c.discardOutcome(last)
+	}
+	if running == 0 {
+		return
+	}
+	go func() {
+		for ; running > 0; running-- {
+			o := <-results
+			if o.budget {
+				c.h.budget.ReleasePermit()
+			}
+			c.discardOutcome(&o)
+		}
+	}()
+}
+
+// discardOutcome drains and closes a response that lost, bounded in bytes
+// like a retried one and in time by closing it when maxDrainTime passes.
+func (c *call) discardOutcome(o *hedgeOutcome) {
+	if o.resp != nil {
+		t := time.AfterFunc(maxDrainTime, func() { o.resp.Body.Close() })
+		drain(o.resp)
+		t.Stop()
+	}
+}

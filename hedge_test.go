@@ -1,0 +1,275 @@
+package resilience
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// hedgeUpstream answers each request with the behaviour its arrival number
+// selects, records bodies, and reports requests cancelled by the client.
+type hedgeUpstream struct {
+	*httptest.Server
+	hits      atomic.Int64
+	cancelled atomic.Int64
+	release   chan struct{}
+	once      sync.Once
+	mu        sync.Mutex
+	bodies    []string
+}
+
+// behaviour n: "hang" waits for the client to give up or release, "503"
+// fails at once, anything else is the 200 body.
+func newHedgeUpstream(behaviour func(n int64) string) *hedgeUpstream {
+	u := &hedgeUpstream{release: make(chan struct{})}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := u.hits.Add(1)
+		b, _ := io.ReadAll(r.Body)
+		u.mu.Lock()
+		u.bodies = append(u.bodies, string(b))
+		u.mu.Unlock()
+		switch what := behaviour(n); what {
+		case "hang":
+			select {
+			case <-r.Context().Done():
+				u.cancelled.Add(1)
+			case <-u.release:
+				_, _ = io.WriteString(w, "late")
+			}
+		case "503":
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		default:
+			_, _ = io.WriteString(w, what)
+		}
+	}))
+	return u
+}
+
+func (u *hedgeUpstream) unblock() { u.once.Do(func() { close(u.release) }) }
+
+func hedgeOptions(rec *evRecorder, delay time.Duration) Options {
+	return Options{
+		Name:    "hedged",
+		Hedging: HedgingOptions{Enabled: true, MaxHedges: 2, Delay: delay},
+		OnEvent: rec.add,
+	}
+}
+
+func hedgeGet(t *testing.T, tr http.RoundTripper, method, url string, body io.Reader) (*http.Response, error) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	require.NoError(t, err)
+	return tr.RoundTrip(req)
+}
+
+// A slow first attempt is overtaken by a hedge sent after Delay; the loser
+// is cancelled and the winner's body is read after the call returned.
+func TestHedgeOvertakesSlowAttempt(t *testing.T) {
+	up := newHedgeUpstream(func(n int64) string {
+		if n == 1 {
+			return "hang"
+		}
+		return strings.Repeat("fast", 10000)
+	})
+	defer up.Close()
+	defer up.unblock()
+	rec := &evRecorder{}
+	tr, err := NewTransport(&http.Transport{}, hedgeOptions(rec, 20*time.Millisecond))
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+
+	resp, err := hedgeGet(t, tr, http.MethodGet, up.URL, nil)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	assert.Equal(t, strings.Repeat("fast", 10000), string(body), "the winner's body is intact")
+	assert.EqualValues(t, 2, up.hits.Load())
+	require.Eventually(t, func() bool { return up.cancelled.Load() == 1 }, 5*time.Second, time.Millisecond, "the loser was cancelled")
+	hedges := rec.of(EventHedge)
+	require.Len(t, hedges, 1)
+	assert.Equal(t, 2, hedges[0].Attempt)
+	assert.Equal(t, 20*time.Millisecond, hedges[0].Delay)
+}
+
+// A handled failure does not win while another attempt runs, and sends the
+// next hedge at once rather than after Delay.
+func TestHedgeFailureSendsNextAtOnce(t *testing.T) {
+	up := newHedgeUpstream(func(n int64) string {
+		if n == 1 {
+			return "503"
+		}
+		return "ok"
+	})
+	defer up.Close()
+	rec := &evRecorder{}
+	tr, err := NewTransport(&http.Transport{}, hedgeOptions(rec, time.Hour))
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+
+	resp, err := hedgeGet(t, tr, http.MethodGet, up.URL, nil)
+	require.NoError(t, err, "an hour's Delay was not waited")
+	assert.Equal(t, "ok", readBody(t, resp))
+	hedges := rec.of(EventHedge)
+	require.Len(t, hedges, 1)
+	assert.Zero(t, hedges[0].Delay, "sent on the failure, not after Delay")
+}
+
+// When every attempt fails, the caller gets the last failure: a response,
+// intact, with a nil error.
+func TestHedgeAllFail(t *testing.T) {
+	up := newHedgeUpstream(func(int64) string { return "503" })
+	defer up.Close()
+	tr, err := NewTransport(&http.Transport{}, hedgeOptions(&evRecorder{}, time.Hour))
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+
+	resp, err := hedgeGet(t, tr, http.MethodGet, up.URL, nil)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.Equal(t, "busy\n", readBody(t, resp))
+	assert.EqualValues(t, 3, up.hits.Load(), "the first attempt and MaxHedges more")
+}
+
+// Only methods safe to repeat are hedged.
+func TestHedgeMethodRule(t *testing.T) {
+	for _, tc := range []struct {
+		method  string
+		ctx     func(context.Context) context.Context
+		hedged  bool
+		methods []string
+	}{
+		{method: http.MethodGet, hedged: true},
+		{method: http.MethodHead, hedged: true},
+		{method: http.MethodOptions, hedged: true},
+		{method: http.MethodPost, hedged: false},
+		{method: http.MethodPut, hedged: false},
+		{method: http.MethodPut, hedged: true, methods: []string{http.MethodPut}},
+		{method: http.MethodPost, hedged: true, ctx: func(ctx context.Context) context.Context { return WithRetryable(ctx, true) }},
+		{method: http.MethodGet, hedged: false, ctx: func(ctx context.Context) context.Context { return WithRetryable(ctx, false) }},
+	} {
+		up := newHedgeUpstream(func(int64) string { return "503" })
+		o := hedgeOptions(&evRecorder{}, time.Hour)
+		o.Retry.Methods = tc.methods
+		tr, err := NewTransport(&http.Transport{}, o)
+		require.NoError(t, err)
+		req, err := http.NewRequest(tc.method, up.URL, bytes.NewReader([]byte("payload")))
+		require.NoError(t, err)
+		if tc.ctx != nil {
+			req = req.WithContext(tc.ctx(req.Context()))
+		}
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		want := int64(1)
+		if tc.hedged {
+			want = 3
+		}
+		assert.Equal(t, want, up.hits.Load(), "%s %v: attempts", tc.method, tc.methods)
+		tr.CloseIdleConnections()
+		up.Close()
+	}
+}
+
+// Each attempt sends its own copy of the body: from GetBody, or from the
+// bounded buffer; a body too large to buffer is sent once and not hedged.
+func TestHedgeBodies(t *testing.T) {
+	up := newHedgeUpstream(func(int64) string { return "503" })
+	defer up.Close()
+	o := hedgeOptions(&evRecorder{}, time.Hour)
+	o.Retry.Methods = []string{http.MethodPut}
+	o.MaxBufferedBody = 16
+	tr, err := NewTransport(&http.Transport{}, o)
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+
+	resp, err := hedgeGet(t, tr, http.MethodPut, up.URL, strings.NewReader("with GetBody")) // NewRequest sets GetBody
+	require.NoError(t, err)
+	resp.Body.Close()
+	resp, err = hedgeGet(t, tr, http.MethodPut, up.URL, io.MultiReader(strings.NewReader("short"))) // no GetBody, buffered
+	require.NoError(t, err)
+	resp.Body.Close()
+	long := strings.Repeat("x", 100)
+	resp, err = hedgeGet(t, tr, http.MethodPut, up.URL, io.MultiReader(strings.NewReader(long))) // no GetBody, too long
+	require.NoError(t, err)
+	resp.Body.Close()
+
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	assert.Equal(t, []string{"with GetBody", "with GetBody", "with GetBody", "short", "short", "short", long}, up.bodies)
+}
+
+// Hedges draw on the retry budget: with four calls hanging, three hedges
+// are in flight and the fourth is refused, whatever order they come in.
+func TestHedgeBudget(t *testing.T) {
+	up := newHedgeUpstream(func(int64) string { return "hang" })
+	defer up.Close()
+	rec := &evRecorder{}
+	o := hedgeOptions(rec, 5*time.Millisecond)
+	o.Hedging.MaxHedges = 1
+	tr, err := NewTransport(&http.Transport{}, o)
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := hedgeGet(t, tr, http.MethodGet, up.URL, nil)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	require.Eventually(t, func() bool { return rec.count(EventHedge)+rec.count(EventBudgetExceeded) == 4 }, 5*time.Second, time.Millisecond)
+	up.unblock()
+	wg.Wait()
+	assert.Equal(t, 3, rec.count(EventHedge))
+	assert.Equal(t, 1, rec.count(EventBudgetExceeded))
+}
+
+func TestHedgeTotalTimeoutAndCircuit(t *testing.T) {
+	up := newHedgeUpstream(func(int64) string { return "hang" })
+	defer up.Close()
+	defer up.unblock()
+	o := hedgeOptions(&evRecorder{}, time.Millisecond)
+	o.TotalTimeout, o.AttemptTimeout = 50*time.Millisecond, -1
+	h, err := NewHandler(o)
+	require.NoError(t, err)
+	tr := h.Transport(&http.Transport{})
+	defer tr.CloseIdleConnections()
+
+	_, err = hedgeGet(t, tr, http.MethodGet, up.URL, nil)
+	require.ErrorIs(t, err, ErrTotalTimeout)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.EqualValues(t, 3, up.hits.Load())
+
+	h.IsolateCircuit()
+	_, err = hedgeGet(t, tr, http.MethodGet, up.URL, nil)
+	require.ErrorIs(t, err, ErrCircuitOpen)
+	assert.EqualValues(t, 3, up.hits.Load(), "nothing sent")
+}
+
+func TestHedgingTransportIsPerHost(t *testing.T) {
+	tr, err := NewHedgingTransport(nil, Options{})
+	require.NoError(t, err)
+	assert.NotNil(t, tr.Handler().HostCircuitStates())
+	assert.Equal(t, DefaultMaxHedges, tr.Handler().cfg.Hedging.MaxHedges)
+	assert.Equal(t, DefaultHedgingDelay, tr.Handler().cfg.Hedging.Delay)
+	for _, o := range []HedgingOptions{{MaxHedges: 11}, {MaxHedges: -1}, {Delay: -time.Second}} {
+		_, err := NewHedgingTransport(nil, Options{Hedging: o})
+		require.ErrorContains(t, err, "Hedging.")
+	}
+}
