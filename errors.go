@@ -72,7 +72,7 @@ func (e *callError) Error() string {
 		if e.kind != nil || e.detail != "" || e.attempts > 1 {
 			b.WriteString(":")
 		}
-		b.WriteString(" " + e.cause.Error())
+		b.WriteString(" " + strings.TrimPrefix(e.cause.Error(), "resilience: "))
 	}
 	return b.String()
 }

@@ -331,7 +331,7 @@ func TestEventKindErrorsWrapCause(t *testing.T) {
 	h.IsolateCircuit()
 	h.IsolateCircuit() // a second isolation is not a second event
 	require.Equal(t, 1, rec.count(EventCircuitOpened))
-	assert.True(t, errors.Is(rec.of(EventCircuitOpened)[0].Err, errIsolated))
+	assert.True(t, errors.Is(rec.of(EventCircuitOpened)[0].Err, ErrIsolated))
 	h.CloseCircuit()
 	assert.Equal(t, []EventKind{EventCircuitOpened, EventCircuitClosed}, rec.kinds())
 }

@@ -127,7 +127,7 @@ func (h *Handler) HostCircuitStates() map[string]CircuitState {
 // disabled, and for every host at once with PerHost.
 func (h *Handler) IsolateCircuit() {
 	if !h.isolated.Swap(true) {
-		h.emit(Event{Kind: EventCircuitOpened, Err: errIsolated})
+		h.emit(Event{Kind: EventCircuitOpened, Err: ErrIsolated})
 	}
 }
 

@@ -3,6 +3,7 @@ package resilience
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 )
 
 // Health is a report of handlers' circuits, for a health endpoint.
@@ -56,7 +57,7 @@ func HealthHandler(handlers ...*Handler) http.Handler {
 // openReason says why the handler's circuit is not closed.
 func (h *Handler) openReason() string {
 	if h.isolated.Load() {
-		return errIsolated.Error()
+		return strings.TrimPrefix(ErrIsolated.Error(), "resilience: ")
 	}
 	states := []*hostState{h.shared}
 	if h.hosts != nil {

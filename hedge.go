@@ -178,7 +178,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 	}
 	if c.h.isolated.Load() {
 		unsent()
-		return hedgeOutcome{n: n, kind: outcomeRejected, err: errIsolated}
+		return hedgeOutcome{n: n, kind: outcomeRejected, err: ErrIsolated}
 	}
 	probe := false
 	if b := c.s.breaker; b != nil {

@@ -9,8 +9,10 @@ import (
 	"sync"
 )
 
-// errIsolated is why an isolated circuit is open.
-var errIsolated = errors.New("isolated by IsolateCircuit")
+// ErrIsolated is why a circuit held open by Handler.IsolateCircuit is open:
+// the Err of its EventCircuitOpened and EventCircuitRejected events, and the
+// cause under ErrCircuitOpen of the calls it rejects.
+var ErrIsolated = errors.New("resilience: isolated by IsolateCircuit")
 
 // failureLog keeps the last failures the circuit breaker counted, so that an
 // open circuit can say why it opened. It is touched only on failures and

@@ -287,7 +287,7 @@ func (c *call) attempt(now time.Time) (resp *http.Response, err error, final boo
 		return nil, c.totalTimeout(nil), true
 	}
 	if h.isolated.Load() {
-		return nil, c.rejected(errIsolated), true
+		return nil, c.rejected(ErrIsolated), true
 	}
 	probe := false
 	if b := c.s.breaker; b != nil {

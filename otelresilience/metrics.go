@@ -1,0 +1,327 @@
+// Package otelresilience records the events of resilience handlers as
+// OpenTelemetry metrics, on a MeterProvider the caller supplies.
+//
+// Wire it in once per process and once per handler:
+//
+//	m, err := otelresilience.New(provider)
+//	...
+//	h, err := resilience.NewHandler(m.Instrument(opts))
+//	...
+//	err = m.Observe(h)
+//
+// The root package resilience does not depend on OpenTelemetry: only
+// programs that import this package do.
+//
+// # Instruments
+//
+// All instruments are created on the Meter named ScopeName.
+//
+//   - resilience.events (Int64Counter, unit {event}): one per Event other
+//     than EventAttempt and EventCall: retries, attempt and total timeouts,
+//     the circuit opening, half-opening and closing, rejections by the
+//     circuit and by admission control. Attributes: resilience.handler,
+//     resilience.event (the kind's name, as resilience.EventKind.String
+//     gives it: "retry", "circuit_opened", ...), and, when the event has
+//     them, http.request.method, http.response.status_code, error.type and
+//     the host attributes.
+//   - resilience.attempt.duration (Float64Histogram, unit s): one per
+//     attempt (EventAttempt), from sending it until its response headers
+//     or its error. Attributes: resilience.handler, resilience.attempt (the
+//     attempt's number, from 1), resilience.outcome, http.request.method,
+//     and http.response.status_code or error.type, and the host attributes.
+//   - resilience.call.duration (Float64Histogram, unit s): one per call
+//     (EventCall), from RoundTrip until it returned to its caller
+//     (admission, every attempt and the waits between them; not reading
+//     the body). Attributes: resilience.handler, resilience.outcome,
+//     http.request.method, http.response.status_code or error.type, and the
+//     host attributes.
+//   - resilience.circuit.state (Int64ObservableGauge, unit {state}): the
+//     circuit state of every handler passed to Observe, as the value of
+//     resilience.CircuitState: 0 closed, 1 half-open, 2 open, 3 isolated.
+//     One point per handler with the attribute resilience.handler alone
+//     (with PerHost, the least healthy host's state), and, for a handler
+//     with PerHost, one more point per host it keeps, with the host
+//     attributes too.
+//
+// # Attributes
+//
+//   - resilience.handler: the handler's name.
+//   - http.request.method: the request's method when it is one of the nine
+//     of RFC 9110 and RFC 5789, "_OTHER" otherwise, as OpenTelemetry's HTTP
+//     conventions say, so that a client cannot grow the series without end.
+//   - http.response.status_code: the response status, when there is one.
+//   - error.type: set when the event carries an error, from a short list:
+//     "attempt_timeout" and "total_timeout" (the handler's own timeouts,
+//     resilience.ErrAttemptTimeout and resilience.ErrTotalTimeout),
+//     "circuit_open" (resilience.ErrCircuitOpen), "rate_limited"
+//     (resilience.ErrRateLimited), "canceled" (context.Canceled: the caller
+//     gave up), "deadline_exceeded" (the caller's own deadline), "timeout"
+//     (any other error whose Timeout method reports true, such as a dial
+//     timeout), and otherwise the Go type of the cause under the handler's
+//     and net/http's wrappers, such as "*net.OpError" or
+//     "*tls.CertificateVerificationError". The set is bounded by the error
+//     types the program contains. On circuit_opened and circuit_rejected
+//     events the error is the reason the circuit is open, a description of
+//     the failures: error.type is "isolated" when Handler.IsolateCircuit
+//     holds it open, and absent otherwise.
+//   - resilience.outcome: how an attempt or a call ended, by the standard
+//     classification resilience.IsTransient (a handler's own ShouldRetry or
+//     ShouldHandle is not seen here): "success" for a response whose status
+//     is not transient (a 404 is a success: the upstream answered),
+//     "failure" for a transient status (408, 429, most 5xx) or an error,
+//     "timeout" for an error of the "attempt_timeout", "total_timeout",
+//     "deadline_exceeded" or "timeout" types, "canceled" when the caller
+//     cancelled, and, for calls only, "rejected" when the circuit or
+//     admission control refused the call without sending it.
+//   - host attributes, for a handler with PerHost (the event's Host, the
+//     authority scheme://host[:port]): server.address (the host name or
+//     address), server.port (the port, the scheme's default when the
+//     authority has none) and url.scheme. WithHostAttributes(false) leaves
+//     them out for a handler that calls very many hosts.
+//
+// # Cost
+//
+// OnEvent runs synchronously on the caller's goroutine. The attribute sets
+// are built once per combination of attribute values and cached, so that
+// recording an event that was seen before allocates nothing in this
+// package; see BenchmarkOnEventAttempt.
+package otelresilience
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/resilienthttp/resilience"
+)
+
+// ScopeName is the name of the Meter the instruments are created on: the
+// package's import path.
+const ScopeName = "github.com/resilienthttp/resilience/otelresilience"
+
+// durationBuckets are the bucket boundaries, in seconds, of both duration
+// histograms: OpenTelemetry's for HTTP client request durations.
+var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
+
+// Metrics records the events of resilience handlers on OpenTelemetry
+// instruments and reports the circuit state of the handlers it observes.
+// It is safe for concurrent use. Make one per MeterProvider and share it
+// among handlers: each handler's events carry its name.
+type Metrics struct {
+	hosts bool // record the host attributes
+
+	events   metric.Int64Counter
+	attempts metric.Float64Histogram
+	calls    metric.Float64Histogram
+	state    metric.Int64ObservableGauge
+
+	eventSets   setCache
+	attemptSets setCache
+	callSets    setCache
+	stateSets   setCache
+
+	mu       sync.Mutex
+	reg      metric.Registration // the gauge's callback; nil once closed
+	observed []*resilience.Handler
+}
+
+// An Option configures New.
+type Option interface{ apply(*config) }
+
+type config struct{ hosts bool }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithHostAttributes says whether measurements about a PerHost handler's
+// hosts carry the host attributes (server.address, server.port,
+// url.scheme). Default true. Turn it off when a handler calls so many hosts
+// that a series per host would be too many: the events are then counted
+// per handler only, and the circuit state gauge reports the handler's
+// overall state only.
+func WithHostAttributes(enabled bool) Option {
+	return optionFunc(func(c *config) { c.hosts = enabled })
+}
+
+// New creates the instruments on mp's Meter named ScopeName and returns the
+// Metrics that records on them. There is no default: pass the provider the
+// program set up (otel.GetMeterProvider() for the global one).
+func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
+	if mp == nil {
+		return nil, errors.New("otelresilience: nil MeterProvider")
+	}
+	cfg := config{hosts: true}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	meter := mp.Meter(ScopeName)
+	m := &Metrics{hosts: cfg.hosts}
+	var errs [4]error
+	m.events, errs[0] = meter.Int64Counter("resilience.events",
+		metric.WithUnit("{event}"),
+		metric.WithDescription("Events of resilience handlers: retries, timeouts, circuit transitions and rejections."))
+	m.attempts, errs[1] = meter.Float64Histogram("resilience.attempt.duration",
+		metric.WithUnit("s"),
+		metric.WithDescription("Duration of each attempt of a call, until its response headers or its error."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	m.calls, errs[2] = meter.Float64Histogram("resilience.call.duration",
+		metric.WithUnit("s"),
+		metric.WithDescription("Duration of each call through a resilience handler, retries and waits included, until it returned to its caller."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	m.state, errs[3] = meter.Int64ObservableGauge("resilience.circuit.state",
+		metric.WithUnit("{state}"),
+		metric.WithDescription("Circuit state of a resilience handler: 0 closed, 1 half-open, 2 open, 3 isolated."))
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, fmt.Errorf("otelresilience: creating instruments: %w", err)
+	}
+	reg, err := meter.RegisterCallback(m.observe, m.state)
+	if err != nil {
+		return nil, fmt.Errorf("otelresilience: registering the circuit state callback: %w", err)
+	}
+	m.reg = reg
+	return m, nil
+}
+
+// OnEvent records e. It is an Options.OnEvent; Instrument sets it there.
+func (m *Metrics) OnEvent(e resilience.Event) {
+	ctx := context.Background()
+	switch e.Kind {
+	case resilience.EventAttempt:
+		k := m.key(&e)
+		k.attempt = e.Attempt
+		m.attempts.Record(ctx, e.Duration.Seconds(), m.attemptSets.get(k, attemptSet).record...)
+	case resilience.EventCall:
+		m.calls.Record(ctx, e.Duration.Seconds(), m.callSets.get(m.key(&e), callSet).record...)
+	default:
+		k := m.key(&e)
+		k.kind = e.Kind
+		m.events.Add(ctx, 1, m.eventSets.get(k, eventSet).add...)
+	}
+}
+
+// key gathers the attribute values e shares with every instrument.
+func (m *Metrics) key(e *resilience.Event) setKey {
+	k := setKey{
+		handler: e.Handler,
+		method:  method(e.Method),
+		status:  e.StatusCode,
+	}
+	if m.hosts {
+		k.host = e.Host
+	}
+	if e.Err != nil {
+		if e.Kind == resilience.EventCircuitOpened || e.Kind == resilience.EventCircuitRejected {
+			k.errType = circuitReason(e.Err)
+		} else {
+			k.errType = errorType(e.Err)
+		}
+	}
+	return k
+}
+
+// Instrument returns opts with m.OnEvent in Options.OnEvent. An OnEvent
+// already there is kept: it is called after m.OnEvent with the same event.
+func (m *Metrics) Instrument(opts resilience.Options) resilience.Options {
+	if next := opts.OnEvent; next != nil {
+		opts.OnEvent = func(e resilience.Event) {
+			m.OnEvent(e)
+			next(e)
+		}
+	} else {
+		opts.OnEvent = m.OnEvent
+	}
+	return opts
+}
+
+// Observe adds handlers to those whose circuit state resilience.circuit.state
+// reports. Observing a handler again does nothing. It is an error to observe
+// a nil handler, two handlers of the same name (their points could not be
+// told apart; Unobserve the old one first), or to observe after Close; then
+// none of hs is added.
+func (m *Metrics) Observe(hs ...*resilience.Handler) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.reg == nil {
+		return errors.New("otelresilience: Observe after Close")
+	}
+	add := make([]*resilience.Handler, 0, len(hs))
+	names := make(map[string]*resilience.Handler, len(m.observed)+len(hs))
+	for _, h := range m.observed {
+		names[h.Name()] = h
+	}
+	for i, h := range hs {
+		if h == nil {
+			return fmt.Errorf("otelresilience: Observe: handler %d is nil", i)
+		}
+		switch other := names[h.Name()]; {
+		case other == h:
+			continue
+		case other != nil:
+			return fmt.Errorf("otelresilience: Observe: another handler named %q is already observed", h.Name())
+		}
+		names[h.Name()] = h
+		add = append(add, h)
+	}
+	// Copy on write: a collection in progress keeps the slice it took.
+	m.observed = append(m.observed[:len(m.observed):len(m.observed)], add...)
+	return nil
+}
+
+// Unobserve removes handlers from those the gauge reports, as when a
+// configuration reload replaces them. A handler not observed is ignored.
+func (m *Metrics) Unobserve(hs ...*resilience.Handler) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	kept := make([]*resilience.Handler, 0, len(m.observed))
+	for _, h := range m.observed {
+		drop := false
+		for _, x := range hs {
+			drop = drop || x == h
+		}
+		if !drop {
+			kept = append(kept, h)
+		}
+	}
+	m.observed = kept
+}
+
+// Close unregisters the circuit state callback and forgets the observed
+// handlers: the gauge reports nothing more. OnEvent keeps recording, so a
+// handler built with Instrument may outlive Close. Close is idempotent.
+func (m *Metrics) Close() error {
+	m.mu.Lock()
+	reg := m.reg
+	m.reg, m.observed = nil, nil
+	m.mu.Unlock()
+	if reg == nil {
+		return nil
+	}
+	if err := reg.Unregister(); err != nil {
+		return fmt.Errorf("otelresilience: unregistering the circuit state callback: %w", err)
+	}
+	return nil
+}
+
+// observe is the gauge's callback.
+func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
+	m.mu.Lock()
+	hs := m.observed
+	m.mu.Unlock()
+	for _, h := range hs {
+		name := h.Name()
+		o.ObserveInt64(m.state, int64(h.CircuitState()), m.stateSets.get(setKey{handler: name}, stateSet).observe...)
+		if !m.hosts {
+			continue
+		}
+		for host, s := range h.HostCircuitStates() {
+			o.ObserveInt64(m.state, int64(s), m.stateSets.get(setKey{handler: name, host: host}, stateSet).observe...)
+		}
+	}
+	return nil
+}
