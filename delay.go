@@ -7,18 +7,24 @@ import (
 	"github.com/cenkalti/backoff/v4"
 )
 
-// jitterFactor is the spread of a jittered delay: a delay d becomes a
-// uniformly random value in [d*(1-f), d*(1+f)], then capped at MaxDelay.
+// jitterFactor is the spread of a jittered delay: a base delay d becomes a
+// uniformly random value in [d*(1-f), d*(1+f)].
 const jitterFactor = 0.5
 
 // newBackOff returns the delay sequence of one call's retries.
+//
+// The base delay is capped at MaxDelay/(1+f) before jitter, so that jittered
+// delays never exceed MaxDelay and, once the cap is reached, still spread
+// over [MaxDelay/3, MaxDelay]. Capping after jitter instead would put half of
+// them exactly on MaxDelay and line up again the clients jitter keeps apart.
 func newBackOff(r RetryOptions) backoff.BackOff {
 	factor := jitterFactor
 	if r.NoJitter {
 		factor = 0
 	}
+	ceiling := time.Duration(float64(r.MaxDelay) / (1 + factor))
 	if r.Backoff == BackoffLinear {
-		return &linearBackOff{delay: r.Delay, max: r.MaxDelay, factor: factor}
+		return &linearBackOff{delay: r.Delay, max: ceiling, factor: factor}
 	}
 	multiplier := 2.0
 	if r.Backoff == BackoffConstant {
@@ -28,7 +34,7 @@ func newBackOff(r RetryOptions) backoff.BackOff {
 		InitialInterval:     r.Delay,
 		RandomizationFactor: factor,
 		Multiplier:          multiplier,
-		MaxInterval:         r.MaxDelay,
+		MaxInterval:         ceiling,
 		MaxElapsedTime:      0, // the retry layer and the total timeout decide when to stop
 		Stop:                backoff.Stop,
 		Clock:               backoff.SystemClock,
@@ -48,8 +54,8 @@ func (b *linearBackOff) Reset() { b.n = 0 }
 
 func (b *linearBackOff) NextBackOff() time.Duration {
 	b.n++
-	d := b.max
-	if b.n <= int64(b.max/b.delay) {
+	d := max(b.max, b.delay) // Delay itself is never cut
+	if b.n <= int64(d/b.delay) {
 		d = b.delay * time.Duration(b.n)
 	}
 	if b.factor == 0 {
