@@ -203,14 +203,6 @@ func TestPutPeakHeap(t *testing.T) {
 		"reader":       resilience.DefaultMaxBufferedBody + mib,
 		"reader-sized": resilience.DefaultMaxBufferedBody + mib,
 	}
-	// Known misses, reported in README.md rather than failing the suite:
-	// for a body of unknown length the handler reads up to MaxBufferedBody
-	// into a bytes.Buffer that grows by doubling, which allocates about
-	// 4 MiB (the 2 MiB final buffer and its predecessors) before it learns
-	// that the body is too long to buffer. Remove an entry once it passes.
-	knownMiss := map[string]string{
-		"reader": "requestBody.prepare (transport.go) grows a bytes.Buffer to ~2 MiB, ~4 MiB allocated in all",
-	}
 	for _, body := range putBodies {
 		t.Run(body.name, func(t *testing.T) {
 			base := loopbackTransport()
@@ -223,14 +215,7 @@ func TestPutPeakHeap(t *testing.T) {
 				best = min(best, peak)
 			}
 			t.Logf("peak heap growth %.2f MiB (target < %.2f MiB)", float64(best)/mib, float64(targets[body.name])/mib)
-			switch why, known := knownMiss[body.name]; {
-			case best < targets[body.name] && known:
-				t.Logf("known miss is now met: remove %q from knownMiss and update README.md", body.name)
-			case best >= targets[body.name] && known:
-				t.Skipf("known miss, peak heap growth %d B, want < %d B: %s", best, targets[body.name], why)
-			default:
-				assert.Less(t, best, targets[body.name], "peak heap growth in bytes")
-			}
+			assert.Less(t, best, targets[body.name], "peak heap growth in bytes")
 		})
 	}
 }

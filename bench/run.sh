@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Runs every benchmark of this module, writes the raw output to
-# results/latest.txt, and prints a benchstat table (peers as columns, deltas
-# against bare) and the ratios-to-bare table with the targets of issue 3.
+# Runs every benchmark and experiment of this module, writes the raw output
+# to results/latest.txt (the herd histograms to results/herd.txt), and prints
+# a benchstat table (peers as columns, deltas against bare) and the tables of
+# results/latest.md: ratios to bare, memory, faults, herd, and the targets of
+# issue 3.
 #
-#   ./run.sh                      # COUNT=6 rounds, ~4 minutes on 2 cores
+#   ./run.sh                      # COUNT=6 rounds, ~6 minutes on 2 cores
 #   COUNT=10 BENCHTIME=2s ./run.sh
 #   PROFILE=1 ./run.sh            # also CPU and allocation profiles of the
 #                                 # resilience success path in results/
@@ -17,6 +19,8 @@ export PATH="$PATH:/usr/local/go/bin"
 COUNT=${COUNT:-6}          # rounds of the time benchmarks
 MEMCOUNT=${MEMCOUNT:-3}    # rounds of the 64 MiB PUT benchmark
 BENCHTIME=${BENCHTIME:-1s} # per time benchmark and round
+FAULTCOUNT=${FAULTCOUNT:-1} # rounds of the faults experiment (~65 s each)
+HERDCOUNT=${HERDCOUNT:-3}   # rounds of the herd experiment (~1.5 s each)
 BENCHSTAT=${BENCHSTAT:-golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da}
 
 mkdir -p results
@@ -42,6 +46,13 @@ for i in $(seq "$MEMCOUNT"); do
 	"$bin" -test.run '^$' -test.bench '^BenchmarkPutMemory$' \
 		-test.benchmem -test.benchtime 2x | tee -a "$out" | grep '^Benchmark' >&2
 done
+# The experiments run once per round whatever b.N: -benchtime 1x.
+echo "== faults experiment ($FAULTCOUNT round(s), ~65 s each)" >&2
+"$bin" -test.run '^$' -test.bench '^BenchmarkFaults$' -test.benchtime 1x \
+	-test.count "$FAULTCOUNT" | tee -a "$out" | grep '^Benchmark' >&2
+echo "== herd experiment ($HERDCOUNT rounds)" >&2
+BENCH_RESULTS=results "$bin" -test.run '^$' -test.bench '^BenchmarkHerd$' -test.benchtime 1x \
+	-test.count "$HERDCOUNT" | tee -a "$out" | grep '^Benchmark' >&2
 echo "load-after: $(cut -d' ' -f1-3 /proc/loadavg | tr ' ' '/')" >>"$out"
 
 if [ -n "${PROFILE:-}" ]; then
@@ -59,6 +70,9 @@ if [ -n "${PROFILE:-}" ]; then
 fi
 
 echo
-go run "$BENCHSTAT" -col /peer "$out"
+# The experiments run once per round: benchstat has nothing to say about them.
+go run "$BENCHSTAT" -col /peer -filter '-.name:(Faults OR Herd)' "$out"
+echo
+cat results/herd.txt
 echo
 go run ./cmd/ratios "$out" | tee results/latest.md

@@ -60,6 +60,11 @@ func parse(r io.Reader) ([]*group, error) {
 				rest = append(rest, part)
 			}
 		}
+		if peer == "" && len(rest) > 1 {
+			// No peer (the herd experiment): the last component, say
+			// jitter=on, takes its place.
+			peer, rest = rest[len(rest)-1], rest[:len(rest)-1]
+		}
 		if peer == "" {
 			continue
 		}
@@ -107,6 +112,17 @@ func signed(v float64) string {
 
 const mib = 1 << 20
 
+// experiment reports whether a group is not a time benchmark: its ns/op is
+// not per request, so it has no place in the ratios table.
+func experiment(name string) bool {
+	for _, p := range []string{"BenchmarkPutMemory", "BenchmarkFaults", "BenchmarkHerd"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
 func main() {
 	in := io.Reader(os.Stdin)
 	if len(os.Args) > 1 {
@@ -124,10 +140,19 @@ func main() {
 		os.Exit(1)
 	}
 
+	find := func(name string) *group {
+		for _, g := range groups {
+			if g.name == name {
+				return g
+			}
+		}
+		return nil
+	}
+
 	fmt.Println("| benchmark | peer | ns/op | B/op | allocs/op | time × bare | added ns/op | added allocs/op | samples |")
 	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, g := range groups {
-		if strings.HasPrefix(g.name, "BenchmarkPutMemory") {
+		if experiment(g.name) {
 			continue
 		}
 		bns, _ := g.median("bare", "ns/op")
@@ -159,6 +184,46 @@ func main() {
 		}
 	}
 
+	faults := false
+	for _, g := range groups {
+		if !strings.HasPrefix(g.name, "BenchmarkFaults/") {
+			continue
+		}
+		if !faults {
+			faults = true
+			fmt.Println()
+			fmt.Println("| faults | peer | success % | p50 ms | p99 ms | attempts/req | new conns | goroutines left | circuit opens | failed: status / timeout / circuit open / other |")
+			fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+		}
+		for _, p := range g.peers {
+			m := func(unit string) string { return num(g.median(p, unit)) }
+			fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s / %s / %s |\n",
+				strings.TrimPrefix(g.name, "BenchmarkFaults/"), p,
+				m("success-%"), m("p50-ms"), m("p99-ms"), m("attempts/req"), m("new-conns"),
+				m("goroutines-left"), m("circuit-opens"),
+				m("fail-status"), m("fail-timeout"), m("fail-open"), m("fail-other"))
+		}
+	}
+
+	if g := find("BenchmarkHerd"); g != nil {
+		fmt.Println()
+		fmt.Printf("| herd (%d rounds, medians) | peak retries / 25 ms | burst ratio, outage, 25 ms | burst ratio, retry period, 25 ms | peak retries / 100 ms | burst ratio, outage, 100 ms | attempts | last attempt ms | instances ok |\n",
+			len(g.vals[g.peers[0]]["attempts"]))
+		fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+		for _, p := range g.peers {
+			m := func(unit string) string { return num(g.median(p, unit)) }
+			fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p,
+				m("peak-25ms"), m("burst-25ms"), m("burst-period-25ms"), m("peak-100ms"), m("burst-100ms"),
+				m("attempts"), m("last-ms"), m("ok"))
+		}
+		on, _ := g.median("jitter=on", "peak-25ms")
+		off, _ := g.median("jitter=off", "peak-25ms")
+		bon, _ := g.median("jitter=on", "burst-25ms")
+		boff, _ := g.median("jitter=off", "burst-25ms")
+		fmt.Printf("\nHerd: peak retries in one 25 ms window of the outage, no jitter / jitter = %s / %s = %.2f; burst ratio %.2f without jitter, %.2f with.\n",
+			num(off, true), num(on, true), off/on, boff, bon)
+	}
+
 	fmt.Println()
 	fmt.Println("Targets (resilience = standard handler, zero Options; medians):")
 	verdict := func(ok bool) string {
@@ -166,14 +231,6 @@ func main() {
 			return "met"
 		}
 		return "MISSED"
-	}
-	find := func(name string) *group {
-		for _, g := range groups {
-			if g.name == name {
-				return g
-			}
-		}
-		return nil
 	}
 	for _, name := range []string{"BenchmarkOverhead", "BenchmarkOverheadParallel"} {
 		g := find(name)
@@ -209,5 +266,25 @@ func main() {
 		peak, _ := g.median("resilience", "peak-heap-B")
 		fmt.Printf("- 64 MiB PUT, body=%s: peak heap growth %.2f MiB (target < %.0f MiB): %s\n",
 			t.body, peak/mib, t.limit/mib, verdict(peak < t.limit))
+	}
+	if g := find("BenchmarkFaults/mix=flaky"); g != nil {
+		succ, _ := g.median("resilience", "success-%")
+		left, _ := g.median("resilience", "goroutines-left")
+		conns, _ := g.median("resilience", "new-conns")
+		best, bestPeer := 0.0, ""
+		fewest, fewestPeer := math.Inf(1), ""
+		for _, p := range g.peers {
+			if p == "resilience" {
+				continue
+			}
+			if v, _ := g.median(p, "success-%"); v > best {
+				best, bestPeer = v, p
+			}
+			if v, _ := g.median(p, "new-conns"); p != "bare" && v < fewest {
+				fewest, fewestPeer = v, p
+			}
+		}
+		fmt.Printf("- Faults, mix=flaky (no numeric target in issue 3): resilience success %.2f %% (best peer %s %.2f %%); new connections %.0f (fewest of the retrying peers: %s %.0f); goroutines left %.0f (want 0): %s\n",
+			succ, bestPeer, best, conns, fewestPeer, fewest, left, verdict(left == 0))
 	}
 }
