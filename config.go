@@ -306,6 +306,12 @@ var retryBudgetFields = fieldSet[RetryBudgetOptions]{
 	"minConcurrency": intField(func(o *RetryBudgetOptions) *int { return &o.MinConcurrency }),
 }
 
+var hedgingFields = fieldSet[HedgingOptions]{
+	"enabled":   boolField(func(o *HedgingOptions) *bool { return &o.Enabled }),
+	"maxHedges": intField(func(o *HedgingOptions) *int { return &o.MaxHedges }),
+	"delay":     durationField(func(o *HedgingOptions) *time.Duration { return &o.Delay }),
+}
+
 var perHostFields = fieldSet[PerHostOptions]{
 	"enabled":     boolField(func(o *PerHostOptions) *bool { return &o.Enabled }),
 	"maxHosts":    intField(func(o *PerHostOptions) *int { return &o.MaxHosts }),
@@ -321,6 +327,7 @@ var optionFields = fieldSet[Options]{
 	"circuitBreaker":  objectField(circuitBreakerFields, func(o *Options) *CircuitBreakerOptions { return &o.CircuitBreaker }),
 	"perHost":         objectField(perHostFields, func(o *Options) *PerHostOptions { return &o.PerHost }),
 	"retryBudget":     objectField(retryBudgetFields, func(o *Options) *RetryBudgetOptions { return &o.RetryBudget }),
+	"hedging":         objectField(hedgingFields, func(o *Options) *HedgingOptions { return &o.Hedging }),
 	"logLevels":       logLevelsField,
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -296,4 +297,78 @@ func healthyUpstream() *httptest.Server {
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "ok")
 	}))
+}
+
+// The standard hedging handler: a slow answer is overtaken by a hedge sent
+// after Delay; the slow attempt is cancelled.
+func ExampleNewHedgingTransport() {
+	var calls atomic.Int32
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			<-r.Context().Done() // the first attempt is stuck until cancelled
+			return
+		}
+		fmt.Fprint(w, "fast")
+	}))
+	defer upstream.Close()
+
+	t, err := resilience.NewHedgingTransport(nil, resilience.Options{
+		Name:    "catalog",
+		Hedging: resilience.HedgingOptions{Delay: 50 * time.Millisecond},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer t.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: t}).Get(upstream.URL)
+	if err != nil {
+		panic(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fmt.Println(string(body), "after", calls.Load(), "attempts")
+	// Output: fast after 2 attempts
+}
+
+// The retry budget is on by default; its refusals are events. Here a dead
+// upstream is called by sixteen callers at once: most retries are refused
+// rather than sent.
+func ExampleRetryBudgetOptions() {
+	var calls atomic.Int32
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	defer upstream.Close()
+
+	var refused atomic.Int32
+	t, err := resilience.NewTransport(nil, resilience.Options{
+		Retry:          resilience.RetryOptions{Delay: 20 * time.Millisecond},
+		RetryBudget:    resilience.RetryBudgetOptions{MaxRatio: 0.2, MinConcurrency: 1},
+		CircuitBreaker: resilience.CircuitBreakerOptions{Disabled: true},
+		OnEvent: func(e resilience.Event) {
+			if e.Kind == resilience.EventBudgetExceeded {
+				refused.Add(1)
+			}
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer t.CloseIdleConnections()
+	client := &http.Client{Transport: t}
+
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, err := client.Get(upstream.URL); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Println("attempts per call below 2:", float64(calls.Load())/16 < 2, "refusals:", refused.Load() > 0)
+	// Output: attempts per call below 2: true refusals: true
 }
