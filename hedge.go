@@ -203,16 +203,11 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 	if err == nil && cause != ErrAttemptTimeout {
 		cause = nil // headers came; a later cancellation is the race's or the caller's
 	}
-	if c.h.observed() {
-		e := Event{Kind: EventAttempt, Attempt: n, Duration: time.Since(start), Err: err}
-		switch {
-		case cause == ErrAttemptTimeout:
-			e.Err = cause
-		case resp != nil:
-			e.StatusCode = resp.StatusCode
-		}
-		c.emit(e)
+	var cutBy error // as the sequential path reports it: our deadlines, not the race
+	if cause == ErrAttemptTimeout || cause == ErrTotalTimeout {
+		cutBy = cause
 	}
+	c.attemptEnded(n, start, resp, err, cutBy)
 	switch {
 	case cause == ErrAttemptTimeout:
 		if resp != nil {

@@ -316,16 +316,7 @@ func (c *call) attempt(now time.Time) (resp *http.Response, err error, final boo
 	c.start(cancel, now)
 	resp, err = c.base.RoundTrip(r)
 	fired := c.headers()
-	if h.observed() {
-		e := Event{Kind: EventAttempt, Duration: time.Since(now), Err: err}
-		switch {
-		case fired != nil:
-			e.Err = fired
-		case resp != nil:
-			e.StatusCode = resp.StatusCode
-		}
-		c.emit(e)
-	}
+	c.attemptEnded(c.attempts, now, resp, err, fired)
 
 	switch {
 	case fired == ErrTotalTimeout:
@@ -396,6 +387,22 @@ func (c *call) totalTimeout(cause error) error {
 	}
 	c.emit(Event{Kind: EventTotalTimeout, Err: ErrTotalTimeout})
 	return c.errorf(ErrTotalTimeout, cause, "of %v", c.totalLimit)
+}
+
+// attemptEnded reports attempt n, begun at start, to observers: its status,
+// or its error, or the deadline that cut it short.
+func (c *call) attemptEnded(n int, start time.Time, resp *http.Response, err, deadline error) {
+	if !c.h.observed() {
+		return
+	}
+	e := Event{Kind: EventAttempt, Attempt: n, Duration: time.Since(start), Err: err}
+	switch {
+	case deadline != nil:
+		e.Err = deadline
+	case resp != nil:
+		e.StatusCode = resp.StatusCode
+	}
+	c.emit(e)
 }
 
 // emit sends an event about this call.
