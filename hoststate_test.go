@@ -132,3 +132,12 @@ func mustURL(t *testing.T, s string) *url.URL {
 	require.NoError(t, err)
 	return u
 }
+
+func TestPerHostNilURL(t *testing.T) {
+	h, err := NewHandler(Options{PerHost: PerHostOptions{Enabled: true}})
+	require.NoError(t, err)
+	body := newTestTrackingBody([]byte("x"))
+	_, err = h.Transport(nil).RoundTrip(&http.Request{Method: http.MethodPost, Header: http.Header{}, Body: body})
+	require.ErrorContains(t, err, "nil Request.URL")
+	assert.True(t, body.closed.Load(), "the body is closed even so")
+}

@@ -57,6 +57,12 @@ type call struct {
 var errDrainTimeout = errors.New("resilience: drain timeout")
 
 func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Response, error) {
+	if req.URL == nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, fmt.Errorf("resilience: handler %q: nil Request.URL", h.cfg.Name)
+	}
 	c := &call{h: h, s: h.stateFor(req), base: base, req: req}
 	c.body.orig = req.Body // closed at the end if no attempt sends it
 	c.attemptLimit, c.totalLimit = max(0, h.cfg.AttemptTimeout), max(0, h.cfg.TotalTimeout)
