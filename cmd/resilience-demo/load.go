@@ -27,6 +27,7 @@ type stats struct {
 	newConns  int
 	openings  int // EventCircuitOpened; -1 for the bare client
 	retries   int // EventRetry; -1 for the bare client
+	refused   int // EventBudgetExceeded: retries the retry budget refused; -1 for the bare client
 	failures  map[string]int
 }
 
@@ -62,9 +63,9 @@ func measure(ctx context.Context, cfg config, resilient bool) (*stats, error) {
 	defer base.CloseIdleConnections()
 	counted := countingTransport{base, &sent}
 
-	s := &stats{name: "bare", openings: -1, retries: -1}
+	s := &stats{name: "bare", openings: -1, retries: -1, refused: -1}
 	client := &http.Client{Transport: counted, Timeout: cfg.Options.TotalTimeout}
-	var openings, retries atomic.Int64
+	var openings, retries, refused atomic.Int64
 	if resilient {
 		opts := cfg.Options
 		opts.OnEvent = func(e resilience.Event) {
@@ -73,6 +74,8 @@ func measure(ctx context.Context, cfg config, resilient bool) (*stats, error) {
 				openings.Add(1)
 			case resilience.EventRetry:
 				retries.Add(1)
+			case resilience.EventBudgetExceeded:
+				refused.Add(1)
 			}
 		}
 		rt, err := resilience.NewTransport(counted, opts)
@@ -84,7 +87,7 @@ func measure(ctx context.Context, cfg config, resilient bool) (*stats, error) {
 
 	s.summarize(drive(ctx, client, url, cfg))
 	if resilient {
-		s.name, s.openings, s.retries = "resilient", int(openings.Load()), int(retries.Load())
+		s.name, s.openings, s.retries, s.refused = "resilient", int(openings.Load()), int(retries.Load()), int(refused.Load())
 	}
 	if srv != nil {
 		s.attempts, s.newConns = srv.Requests(), srv.NewConnections()

@@ -2,14 +2,17 @@
 // against a flaky upstream. It sends the same requests through a bare
 // http.Client and through resilience.NewTransport, and prints a side-by-side
 // table: success rate, latency, upstream attempts, new connections, circuit
-// openings and retries.
+// openings, retries and the retries the retry budget refused.
 //
 // By default the upstream is embedded: a resiliencetest.Server on loopback
 // that plays a seeded mix of 503s, 429s with Retry-After, hangs and
-// connection resets, and is down for a moment in the middle of each run.
-// With -url the requests go to a real upstream instead.
+// connection resets. It runs two scenarios: the flaky upstream alone, where
+// retries turn failures into successes, then the same with an outage in the
+// middle, where the circuit breaker and the retry budget fail calls fast
+// rather than multiply the load on a down upstream. With -url the requests
+// go to a real upstream instead, in one scenario.
 //
-//	go run ./cmd/resilience-demo [-n 300] [-c 32] [-rate 150] [-seed 1] [-outage 300ms] [-url URL]
+//	go run ./cmd/resilience-demo [-n 250] [-c 32] [-rate 150] [-seed 1] [-outage 300ms] [-url URL]
 package main
 
 import (
@@ -35,6 +38,11 @@ type config struct {
 	// Outage is how long the embedded upstream answers every request with
 	// a 503, from 40% of the way into a client's run; 0 for none.
 	Outage time.Duration
+
+	// Title heads the scenario's output; Brief leaves out the clients'
+	// description, said by an earlier scenario.
+	Title string
+	Brief bool
 
 	// Options configures the resilient client. Its TotalTimeout is also
 	// the bare client's http.Client.Timeout.
@@ -66,7 +74,7 @@ func demoOptions() resilience.Options {
 func main() {
 	cfg := config{Options: demoOptions()}
 	flag.StringVar(&cfg.URL, "url", "", "send the requests to this upstream instead of the embedded flaky one")
-	flag.IntVar(&cfg.N, "n", 300, "requests per client")
+	flag.IntVar(&cfg.N, "n", 250, "requests per client, per scenario")
 	flag.IntVar(&cfg.C, "c", 32, "concurrent workers per client: the most requests in flight")
 	flag.Float64Var(&cfg.Rate, "rate", 150, "requests started per second per client (0: as fast as the workers go)")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of the embedded upstream's fault mix")
@@ -75,9 +83,21 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if _, err := run(ctx, cfg, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "resilience-demo:", err)
-		os.Exit(1)
+	scenarios := []config{cfg}
+	if cfg.URL == "" && cfg.Outage > 0 {
+		flaky, outage := cfg, cfg
+		flaky.Outage, flaky.Title = 0, "scenario 1: a flaky upstream"
+		outage.Title, outage.Brief = "scenario 2: the same upstream, down for "+cfg.Outage.String()+" in the middle", true
+		scenarios = []config{flaky, outage}
+	}
+	for i, sc := range scenarios {
+		if i > 0 {
+			fmt.Println()
+		}
+		if _, err := run(ctx, sc, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "resilience-demo:", err)
+			os.Exit(1)
+		}
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/resilienthttp/resilience"
 )
 
 // indent lines up continuation lines under the setup's values.
@@ -38,10 +40,19 @@ func printSetup(w io.Writer, cfg config) {
 	if cfg.Rate > 0 {
 		pace = fmt.Sprintf("started at %g/s", cfg.Rate)
 	}
-	fmt.Fprintln(w, "resilience-demo: a bare http.Client against the standard resilience handler")
-	fmt.Fprintln(w)
+	if !cfg.Brief {
+		fmt.Fprintln(w, "resilience-demo: a bare http.Client against the standard resilience handler")
+		fmt.Fprintln(w)
+	}
+	if cfg.Title != "" {
+		fmt.Fprintf(w, "== %s\n", cfg.Title)
+	}
 	fmt.Fprintf(w, "upstream   %s\n", upstream)
 	fmt.Fprintf(w, "load       %d GET requests per client, %d workers, %s\n", cfg.N, cfg.C, pace)
+	if cfg.Brief {
+		fmt.Fprintln(w)
+		return
+	}
 	fmt.Fprintf(w, "bare       http.Client{Timeout: %v} over an http.Transport (MaxIdleConnsPerHost %d)\n", o.TotalTimeout, cfg.C)
 	fmt.Fprintf(w, "resilient  resilience.NewTransport over the same kind of http.Transport:\n")
 	fmt.Fprintf(w, "%sTotalTimeout %v, AttemptTimeout %v;\n", indent, o.TotalTimeout, o.AttemptTimeout)
@@ -50,17 +61,26 @@ func printSetup(w io.Writer, cfg config) {
 	fmt.Fprintf(w, "%scircuit opens at %.0f%% failed attempts (at least %d) in %v, for %v\n",
 		indent, 100*o.CircuitBreaker.FailureRatio, o.CircuitBreaker.MinimumThroughput,
 		o.CircuitBreaker.SamplingDuration, o.CircuitBreaker.BreakDuration)
+	ratio, least := o.RetryBudget.MaxRatio, o.RetryBudget.MinConcurrency
+	if ratio == 0 {
+		ratio = resilience.DefaultBudgetRatio
+	}
+	if least == 0 {
+		least = resilience.DefaultBudgetMinimum
+	}
+	fmt.Fprintf(w, "%sretry budget: retries may be %.0f%% of the calls in flight (at least %d at once)\n",
+		indent, 100*ratio, least)
 	fmt.Fprintln(w)
 }
 
 // print writes the table, the failures by kind and the summary line.
 func (r *report) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "client\trequests\tsuccess\tp50\tp99\tupstream attempts\tnew conns\tcircuit openings\tretries")
+	fmt.Fprintln(tw, "client\trequests\tsuccess\tp50\tp99\tupstream attempts\tnew conns\tcircuit openings\tretries\tbudget refusals")
 	for _, s := range r.clients {
-		fmt.Fprintf(tw, "%s\t%d\t%d (%.1f%%)\t%s\t%s\t%d (%.2f/req)\t%d\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%d\t%d (%.1f%%)\t%s\t%s\t%d (%.2f/req)\t%d\t%s\t%s\t%s\n",
 			s.name, s.requests, s.succeeded, 100*s.successRate(), fmtDuration(s.p50), fmtDuration(s.p99),
-			s.attempts, float64(s.attempts)/float64(s.requests), s.newConns, orDash(s.openings), orDash(s.retries))
+			s.attempts, float64(s.attempts)/float64(s.requests), s.newConns, orDash(s.openings), orDash(s.retries), orDash(s.refused))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -79,11 +99,21 @@ func (r *report) print(w io.Writer) {
 	if res.openings > 0 {
 		breaker = fmt.Sprintf("the circuit opened %s and failed %d calls fast", times(res.openings), res.failures[circuitOpen])
 	}
+	budget := ""
+	if res.refused > 0 {
+		budget = fmt.Sprintf(", the retry budget refused %d retries", res.refused)
+	}
 	fmt.Fprintf(w, "summary: the standard handler served %.1f%% of requests against %.1f%% bare (p99 %s vs %s) "+
-		"with %.2f upstream attempts per request against %.2f; %s; %s in all.\n",
+		"with %.2f upstream attempts per request against %.2f; %s%s; %s in all.\n",
 		100*res.successRate(), 100*bare.successRate(), fmtDuration(res.p99), fmtDuration(bare.p99),
 		float64(res.attempts)/float64(res.requests), float64(bare.attempts)/float64(bare.requests),
-		breaker, fmt.Sprintf("%.1fs", r.elapsed.Seconds()))
+		breaker, budget, fmt.Sprintf("%.1fs", r.elapsed.Seconds()))
+	if res.p99 > bare.p99 {
+		fmt.Fprintln(w, "         (a bare client's failures are fast; the handler's tail is its retries, waiting out backoff and Retry-After)")
+	}
+	if res.openings > 0 || res.refused > 0 {
+		fmt.Fprintln(w, "         (an open circuit and the retry budget fail calls fast instead of multiplying the load on a failing upstream)")
+	}
 }
 
 func describeFailures(m map[string]int) string {

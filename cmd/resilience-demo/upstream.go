@@ -20,11 +20,11 @@ var (
 		name string
 		resiliencetest.Weighted
 	}{
-		{"200 OK after 5ms", resiliencetest.Weighted{Weight: 84, Fault: resiliencetest.Fault{Delay: 5 * time.Millisecond, Body: []byte("ok")}}},
-		{"503 with a 1 KiB body", resiliencetest.Weighted{Weight: 7, Fault: resiliencetest.Fault{Status: http.StatusServiceUnavailable, Body: busyBody}}},
-		{"429 with Retry-After: 1", resiliencetest.Weighted{Weight: 2, Fault: resiliencetest.Fault{Status: http.StatusTooManyRequests, RetryAfter: "1"}}},
-		{"hang until the client gives up", resiliencetest.Weighted{Weight: 3, Fault: resiliencetest.Fault{Hang: true}}},
-		{"connection reset (TCP RST)", resiliencetest.Weighted{Weight: 4, Fault: resiliencetest.Fault{Reset: true}}},
+		{"200 OK after 5ms", resiliencetest.Weighted{Weight: 93, Fault: resiliencetest.Fault{Delay: 5 * time.Millisecond, Body: []byte("ok")}}},
+		{"503 with a 1 KiB body", resiliencetest.Weighted{Weight: 3, Fault: resiliencetest.Fault{Status: http.StatusServiceUnavailable, Body: busyBody}}},
+		{"429 with Retry-After: 1", resiliencetest.Weighted{Weight: 1, Fault: resiliencetest.Fault{Status: http.StatusTooManyRequests, RetryAfter: "1"}}},
+		{"hang until the client gives up", resiliencetest.Weighted{Weight: 1, Fault: resiliencetest.Fault{Hang: true}}},
+		{"connection reset (TCP RST)", resiliencetest.Weighted{Weight: 2, Fault: resiliencetest.Fault{Reset: true}}},
 	}
 
 	outageFault = resiliencetest.Fault{Status: http.StatusServiceUnavailable, Body: busyBody}
