@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -35,8 +36,44 @@ func budgetRun(t *testing.T, tr http.RoundTripper, url string, workers, calls in
 	return ok.Load()
 }
 
-// With every call failing, the budget keeps retries near its share of the
-// calls in flight instead of multiplying the load by MaxRetries+1.
+func TestRetryBudgetBucket(t *testing.T) {
+	b := newRetryBudget(10, 0.1)
+	assert.True(t, b.allow(), "full at first")
+	for range 5 {
+		b.failed()
+	}
+	assert.Equal(t, 5.0, b.level())
+	assert.False(t, b.allow(), "at half, no more retries")
+	b.succeeded()
+	assert.InDelta(t, 5.1, b.level(), 1e-9)
+	assert.True(t, b.allow(), "above half again")
+	for range 100 {
+		b.failed()
+	}
+	assert.Zero(t, b.level(), "never below empty")
+	for range 1000 {
+		b.succeeded()
+	}
+	assert.Equal(t, 10.0, b.level(), "never above full")
+
+	// Concurrent use keeps the count exact.
+	b = newRetryBudget(1000, 0.5)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				b.failed()
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, 200.0, b.level())
+}
+
+// With every call failing, the budget stops retrying after a handful of
+// failures instead of multiplying the load by MaxRetries+1.
 func TestRetryBudgetStopsRetryStorm(t *testing.T) {
 	var hits atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -59,9 +96,6 @@ func TestRetryBudgetStopsRetryStorm(t *testing.T) {
 		defer tr.CloseIdleConnections()
 		const workers, calls = 32, 10
 		budgetRun(t, tr, srv.URL, workers, calls)
-		if h.budget != nil {
-			assert.Zero(t, h.budget.Rate(), "every call and retry released the budget")
-		}
 		return float64(hits.Load()) / (workers * calls), rec.count(EventBudgetExceeded)
 	}
 	without, refusedWithout := measure(RetryBudgetOptions{Disabled: true})
@@ -69,40 +103,58 @@ func TestRetryBudgetStopsRetryStorm(t *testing.T) {
 	t.Logf("attempts per call: %.2f without the budget, %.2f with it (%d refusals)", without, with, refusedWith)
 	assert.Equal(t, 4.0, without, "without the budget every call makes 1+MaxRetries attempts")
 	assert.Zero(t, refusedWithout)
-	assert.Less(t, with, 2.0, "the budget refuses most retries")
+	// The bucket lets at most MaxTokens/2 failures be retried before it
+	// closes, however the calls interleave: 320 calls make at most
+	// 320 + 3*5 attempts.
+	assert.LessOrEqual(t, with, 1.05, "the budget refuses nearly every retry")
 	assert.Positive(t, refusedWith, "each refusal is an event")
 }
 
 // A healthy upstream with occasional failures still gets every retry it
-// needs: the budget does not bite at low failure rates.
+// needs, at any traffic: the budget follows the failure rate, not how many
+// calls are in flight, and not how long the retries wait.
 func TestRetryBudgetAllowsOccasionalRetries(t *testing.T) {
-	var hits atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if hits.Add(1)%20 == 0 { // one request in twenty fails
-			http.Error(w, "blip", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ok")
-	}))
-	defer srv.Close()
-	rec := &evRecorder{}
-	h, err := NewHandler(Options{Retry: quickRetry(), OnEvent: rec.add})
-	require.NoError(t, err)
-	tr := h.Transport(&http.Transport{MaxIdleConnsPerHost: 16})
-	defer tr.CloseIdleConnections()
+	for _, tc := range []struct {
+		name           string
+		workers, calls int
+		retry          RetryOptions
+	}{
+		{"busy, quick retries", 16, 50, quickRetry()},
+		{"light, slow retries", 1, 60, RetryOptions{Delay: 20 * time.Millisecond, MaxDelay: 20 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var hits atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if hits.Add(1)%20 == 0 { // one request in twenty fails
+					http.Error(w, "blip", http.StatusServiceUnavailable)
+					return
+				}
+				_, _ = io.WriteString(w, "ok")
+			}))
+			defer srv.Close()
+			rec := &evRecorder{}
+			h, err := NewHandler(Options{Retry: tc.retry, OnEvent: rec.add})
+			require.NoError(t, err)
+			tr := h.Transport(&http.Transport{MaxIdleConnsPerHost: 16})
+			defer tr.CloseIdleConnections()
 
-	const workers, calls = 16, 50
-	ok := budgetRun(t, tr, srv.URL, workers, calls)
-	assert.EqualValues(t, workers*calls, ok, "every call succeeded")
-	assert.Zero(t, rec.count(EventBudgetExceeded), "no retry was refused")
-	assert.Positive(t, rec.count(EventRetry))
+			ok := budgetRun(t, tr, srv.URL, tc.workers, tc.calls)
+			assert.EqualValues(t, tc.workers*tc.calls, ok, "every call succeeded")
+			assert.Zero(t, rec.count(EventBudgetExceeded), "no retry was refused")
+			assert.Positive(t, rec.count(EventRetry))
+		})
+	}
 }
 
 func TestRetryBudgetOptionsInvalid(t *testing.T) {
-	for _, o := range []RetryBudgetOptions{{MaxRatio: 1.5}, {MaxRatio: -0.1}, {MinConcurrency: -1}} {
+	for _, o := range []RetryBudgetOptions{{MaxTokens: -1}, {MaxTokens: 1001}, {TokenRatio: -0.1}, {TokenRatio: 1.5}, {TokenRatio: 0.0001}} {
 		_, err := NewHandler(Options{RetryBudget: o})
 		require.ErrorContains(t, err, "RetryBudget.")
 	}
-	_, err := NewHandler(Options{RetryBudget: RetryBudgetOptions{MaxRatio: 1, MinConcurrency: 100}})
+	h, err := NewHandler(Options{RetryBudget: RetryBudgetOptions{MaxTokens: 1000, TokenRatio: 1}})
 	require.NoError(t, err)
+	assert.Equal(t, 1000.0, h.budget.level())
+	h, err = NewHandler(Options{})
+	require.NoError(t, err)
+	assert.Equal(t, float64(DefaultBudgetTokens), h.budget.level())
 }

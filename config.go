@@ -301,9 +301,9 @@ var circuitBreakerFields = fieldSet[CircuitBreakerOptions]{
 }
 
 var retryBudgetFields = fieldSet[RetryBudgetOptions]{
-	"disabled":       boolField(func(o *RetryBudgetOptions) *bool { return &o.Disabled }),
-	"maxRatio":       floatField(func(o *RetryBudgetOptions) *float64 { return &o.MaxRatio }),
-	"minConcurrency": intField(func(o *RetryBudgetOptions) *int { return &o.MinConcurrency }),
+	"disabled":   boolField(func(o *RetryBudgetOptions) *bool { return &o.Disabled }),
+	"maxTokens":  floatField(func(o *RetryBudgetOptions) *float64 { return &o.MaxTokens }),
+	"tokenRatio": floatField(func(o *RetryBudgetOptions) *float64 { return &o.TokenRatio }),
 }
 
 var hedgingFields = fieldSet[HedgingOptions]{

@@ -331,8 +331,8 @@ func ExampleNewHedgingTransport() {
 }
 
 // The retry budget is on by default; its refusals are events. Here a dead
-// upstream is called by sixteen callers at once: most retries are refused
-// rather than sent.
+// upstream is called by sixteen callers at once: after five failed attempts
+// the bucket is half empty, and every further retry is refused.
 func ExampleRetryBudgetOptions() {
 	var calls atomic.Int32
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -344,7 +344,7 @@ func ExampleRetryBudgetOptions() {
 	var refused atomic.Int32
 	t, err := resilience.NewTransport(nil, resilience.Options{
 		Retry:          resilience.RetryOptions{Delay: 20 * time.Millisecond},
-		RetryBudget:    resilience.RetryBudgetOptions{MaxRatio: 0.2, MinConcurrency: 1},
+		RetryBudget:    resilience.RetryBudgetOptions{MaxTokens: 10, TokenRatio: 0.1}, // the defaults
 		CircuitBreaker: resilience.CircuitBreakerOptions{Disabled: true},
 		OnEvent: func(e resilience.Event) {
 			if e.Kind == resilience.EventBudgetExceeded {
@@ -369,6 +369,7 @@ func ExampleRetryBudgetOptions() {
 		}()
 	}
 	wg.Wait()
-	fmt.Println("attempts per call below 2:", float64(calls.Load())/16 < 2, "refusals:", refused.Load() > 0)
-	// Output: attempts per call below 2: true refusals: true
+	// At most MaxTokens/2 failures are retried before the bucket closes.
+	fmt.Println("attempts:", calls.Load() <= 16+5, "refusals:", refused.Load() > 0)
+	// Output: attempts: true refusals: true
 }

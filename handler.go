@@ -19,7 +19,7 @@ type Handler struct {
 	shared *hostState // the state of every call; nil with PerHost
 	hosts  *hostTable // a state per authority; nil without PerHost
 
-	budget   retryBudget // nil when disabled
+	budget   *retryBudget // nil when disabled
 	timers   sync.Pool   // *timerSlot, reused from call to call
 	isolated atomic.Bool
 }
@@ -34,9 +34,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	h := &Handler{cfg: cfg}
 	h.timers.New = newTimerSlot
 	if rb := cfg.RetryBudget; !rb.Disabled {
-		if h.budget, err = newRetryBudget(rb.MaxRatio, rb.MinConcurrency); err != nil {
-			return nil, err
-		}
+		h.budget = newRetryBudget(rb.MaxTokens, rb.TokenRatio)
 	}
 	if cfg.PerHost.Enabled {
 		h.hosts = newHostTable(h)

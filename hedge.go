@@ -35,9 +35,8 @@ const (
 type hedgeOutcome struct {
 	n      int
 	resp   *http.Response
-	err    error // for outcomeRejected, why the circuit is open
-	kind   outcomeKind
-	budget bool // the attempt held a retry budget permit
+	err  error // for outcomeRejected, why the circuit is open
+	kind outcomeKind
 }
 
 type hedgeAttempt struct {
@@ -65,7 +64,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 	results := make(chan hedgeOutcome, 1+hedges)
 	var attempts []*hedgeAttempt
 	running := 0
-	launch := func(budgeted bool) error {
+	launch := func() error {
 		body, getBody, err := c.body.next()
 		if err != nil {
 			return err
@@ -76,36 +75,32 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		c.attempts = n
 		running++
 		go func() {
-			o := c.hedgeAttempt(actx, acancel, n, body, getBody)
-			o.budget = budgeted
-			results <- o
+			results <- c.hedgeAttempt(actx, acancel, n, body, getBody)
 		}()
 		return nil
 	}
 	// another sends one more hedge if the rules allow it, and says whether
-	// it did.
+	// it did; refused says the budget alone stood in the way, so that the
+	// hedge is asked for again at the next hedge point.
+	refused := false
 	another := func(delay time.Duration) bool {
+		refused = false
 		if len(attempts) > hedges || c.h.isolated.Load() {
 			return false
 		}
 		if c.s.breaker != nil && c.s.circuit.Load() != int32(CircuitClosed) {
 			return false // an open or probing circuit gets no extra load
 		}
-		if c.h.budget != nil && !c.h.budget.TryAcquirePermit() {
+		if b := c.h.budget; b != nil && !b.allow() {
 			c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(attempts) + 1})
+			refused = true
 			return false
 		}
 		c.emit(Event{Kind: EventHedge, Attempt: len(attempts) + 1, Delay: delay})
-		if err := launch(c.h.budget != nil); err != nil {
-			if c.h.budget != nil {
-				c.h.budget.ReleasePermit()
-			}
-			return false
-		}
-		return true
+		return launch() == nil
 	}
 
-	if err := launch(false); err != nil {
+	if err := launch(); err != nil {
 		return nil, c.errorf(nil, err, "")
 	}
 	var timer *time.Timer
@@ -122,9 +117,6 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		case o := <-results:
 			running--
 			attempts[o.n-1].done = true
-			if o.budget {
-				c.h.budget.ReleasePermit()
-			}
 			switch o.kind {
 			case outcomeWin:
 				c.settle(attempts, results, running, last)
@@ -143,19 +135,21 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 					c.discardOutcome(last)
 				}
 				last = &o
-				if another(0) {
+				if another(0) || refused {
 					if timer != nil {
 						timer.Reset(cfg.Hedging.Delay)
 					}
-					continue
+					if !refused {
+						continue
+					}
 				}
 			}
 			if running == 0 && last != nil {
 				return c.result(last.resp, last.err) // every attempt failed
 			}
 		case <-tick:
-			if another(cfg.Hedging.Delay) {
-				timer.Reset(cfg.Hedging.Delay)
+			if another(cfg.Hedging.Delay) || refused {
+				timer.Reset(cfg.Hedging.Delay) // a refused hedge is asked for again later
 			}
 		case <-ctx.Done():
 			c.settle(attempts, results, running, last)
@@ -215,12 +209,14 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 		}
 		c.emit(Event{Kind: EventAttemptTimeout, Attempt: n, Err: ErrAttemptTimeout})
 		c.record(nil, ErrAttemptTimeout)
+		c.spend(nil, ErrAttemptTimeout)
 		return hedgeOutcome{n: n, err: ErrAttemptTimeout, kind: outcomeFailure}
 	case cause != nil:
 		c.abandon(probe, err) // says nothing about the upstream
 		return hedgeOutcome{n: n, err: err, kind: outcomeAbandoned}
 	}
 	c.record(resp, err)
+	c.spend(resp, err)
 	if c.shouldRetry(resp, err) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
 		return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeFailure}
 	}
@@ -245,9 +241,6 @@ func (c *call) settle(attempts []*hedgeAttempt, results <-chan hedgeOutcome, run
 	go func() {
 		for ; running > 0; running-- {
 			o := <-results
-			if o.budget {
-				c.h.budget.ReleasePermit()
-			}
 			c.discardOutcome(&o)
 		}
 	}()

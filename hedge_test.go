@@ -189,6 +189,7 @@ func TestHedgeBodies(t *testing.T) {
 	o := hedgeOptions(&evRecorder{}, time.Hour)
 	o.Retry.Methods = []string{http.MethodPut}
 	o.MaxBufferedBody = 16
+	o.RetryBudget.Disabled = true // every attempt fails here: the budget would stop the hedges
 	tr, err := NewTransport(&http.Transport{}, o)
 	require.NoError(t, err)
 	defer tr.CloseIdleConnections()
@@ -209,35 +210,30 @@ func TestHedgeBodies(t *testing.T) {
 	assert.Equal(t, []string{"with GetBody", "with GetBody", "with GetBody", "short", "short", "short", long}, up.bodies)
 }
 
-// Hedges draw on the retry budget: with four calls hanging, three hedges
-// are in flight and the fourth is refused, whatever order they come in.
+// Hedges draw on the retry budget: every failed attempt takes a token, and
+// once the bucket is down to half, no hedge is sent. With 10 tokens and every
+// attempt failing: the first call makes 3 attempts (10 -> 7 tokens), the
+// second 2 (-> 5, its third refused), the third 1 (-> 4, refused).
 func TestHedgeBudget(t *testing.T) {
-	up := newHedgeUpstream(func(int64) string { return "hang" })
+	up := newHedgeUpstream(func(int64) string { return "503" })
 	defer up.Close()
 	rec := &evRecorder{}
-	o := hedgeOptions(rec, 5*time.Millisecond)
-	o.Hedging.MaxHedges = 1
-	tr, err := NewTransport(&http.Transport{}, o)
+	tr, err := NewTransport(&http.Transport{}, hedgeOptions(rec, time.Hour))
 	require.NoError(t, err)
 	defer tr.CloseIdleConnections()
 
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := hedgeGet(t, tr, http.MethodGet, up.URL, nil)
-			if err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-		}()
+	var hits []int64
+	for range 3 {
+		resp, err := hedgeGet(t, tr, http.MethodGet, up.URL, nil)
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "the last failure")
+		resp.Body.Close()
+		hits = append(hits, up.hits.Load())
 	}
-	require.Eventually(t, func() bool { return rec.count(EventHedge)+rec.count(EventBudgetExceeded) == 4 }, 5*time.Second, time.Millisecond)
-	up.unblock()
-	wg.Wait()
+	assert.Equal(t, []int64{3, 5, 6}, hits)
 	assert.Equal(t, 3, rec.count(EventHedge))
-	assert.Equal(t, 1, rec.count(EventBudgetExceeded))
+	assert.Equal(t, 2, rec.count(EventBudgetExceeded))
+	assert.Equal(t, 4.0, tr.Handler().budget.level())
 }
 
 func TestHedgeTotalTimeoutAndCircuit(t *testing.T) {

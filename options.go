@@ -23,10 +23,10 @@ const (
 	DefaultAttemptTimeout    = 10 * time.Second
 	DefaultMaxBufferedBody   = 1 << 20
 	DefaultMaxHosts          = 1000
-	DefaultBudgetRatio       = 0.2
+	DefaultBudgetTokens      = 10
+	DefaultBudgetTokenRatio  = 0.1
 	DefaultMaxHedges         = 1
 	DefaultHedgingDelay      = 2 * time.Second
-	DefaultBudgetMinimum     = 3
 	DefaultHostIdleTimeout   = 5 * time.Minute
 )
 
@@ -51,9 +51,9 @@ type Options struct {
 	// Retry repeats transient failures of requests that are safe to repeat.
 	Retry RetryOptions
 
-	// RetryBudget caps retries (and hedges) as a share of the calls in
-	// flight, so that a failing upstream is not sent several times its
-	// usual load when it can least afford it.
+	// RetryBudget stops retries (and hedges) while too many attempts fail,
+	// so that a failing upstream is not sent several times its usual load
+	// when it can least afford it.
 	RetryBudget RetryBudgetOptions
 
 	// Hedging, when enabled, takes the retry layer's place: while an
@@ -229,25 +229,30 @@ type HedgingOptions struct {
 	Delay time.Duration
 }
 
-// RetryBudgetOptions configures the retry budget, shared by every call of
-// a handler (all its hosts, with PerHost), as Envoy's retry budgets are: a
-// retry is refused while retries in flight exceed MaxRatio of the calls in
-// flight, unless fewer than MinConcurrency retries are in flight. A retry is
-// in flight from the moment it is decided, through its wait, until its
-// attempt ends. A refused retry gives the caller the last outcome at once,
-// and an EventBudgetExceeded.
+// RetryBudgetOptions configures the retry budget, retry throttling in the
+// style of gRPC's, shared by every call of a handler (all its hosts, with
+// PerHost). It is a bucket of MaxTokens tokens, full at first. Each attempt
+// that fails in a way the retry layer would retry takes a token; each other
+// outcome puts back TokenRatio of one. Retries and hedges are made only while
+// the bucket holds more than half of MaxTokens; a refused one gives the
+// caller the last outcome at once, and an EventBudgetExceeded.
+//
+// So the budget follows the failure rate, not the traffic: below
+// TokenRatio/(1+TokenRatio) of attempts failing (about 9% by default) it
+// never refuses; against an upstream that fails every call it stops retries
+// after a handful of failures, until successes fill the bucket again.
 type RetryBudgetOptions struct {
 	// Disabled switches the budget off: every retry the retry layer allows
 	// is made.
 	Disabled bool
 
-	// MaxRatio is the largest share of calls in flight that may be
-	// retries, in (0, 1]. Default 0.2.
-	MaxRatio float64
+	// MaxTokens is the size of the bucket, in (0, 1000]: how many failures
+	// in a row, at most half of them, are retried. Default 10.
+	MaxTokens float64
 
-	// MinConcurrency is how many retries may be in flight whatever the
-	// ratio, so that a quiet handler can still retry. Default 3.
-	MinConcurrency int
+	// TokenRatio is the share of a token a success puts back, in (0, 1].
+	// Default 0.1.
+	TokenRatio float64
 }
 
 // CircuitBreakerOptions configures the circuit breaker, which sits inside
@@ -400,16 +405,18 @@ func resolve(o Options) (*config, error) {
 	// Retry budget.
 	rb := &o.RetryBudget
 	switch {
-	case math.IsNaN(rb.MaxRatio) || rb.MaxRatio < 0 || rb.MaxRatio > 1:
-		return nil, bad("RetryBudget.MaxRatio", rb.MaxRatio, "must be in (0, 1]")
-	case rb.MinConcurrency < 0:
-		return nil, bad("RetryBudget.MinConcurrency", rb.MinConcurrency, "must not be negative")
+	case math.IsNaN(rb.MaxTokens) || rb.MaxTokens < 0 || rb.MaxTokens > 1000:
+		return nil, bad("RetryBudget.MaxTokens", rb.MaxTokens, "must be in (0, 1000]")
+	case math.IsNaN(rb.TokenRatio) || rb.TokenRatio < 0 || rb.TokenRatio > 1:
+		return nil, bad("RetryBudget.TokenRatio", rb.TokenRatio, "must be in (0, 1]")
+	case rb.TokenRatio > 0 && rb.TokenRatio < 0.001:
+		return nil, bad("RetryBudget.TokenRatio", rb.TokenRatio, "must be at least 0.001")
 	}
-	if rb.MaxRatio == 0 {
-		rb.MaxRatio = DefaultBudgetRatio
+	if rb.MaxTokens == 0 {
+		rb.MaxTokens = DefaultBudgetTokens
 	}
-	if rb.MinConcurrency == 0 {
-		rb.MinConcurrency = DefaultBudgetMinimum
+	if rb.TokenRatio == 0 {
+		rb.TokenRatio = DefaultBudgetTokenRatio
 	}
 
 	// Circuit breaker.

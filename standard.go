@@ -36,8 +36,6 @@ type call struct {
 	prepared     bool          // body.prepare has run
 	totalAt      time.Time     // zero without a total timeout
 	permit       bool          // holds a bulkhead permit
-	counted      bool          // counted by the retry budget as a call in flight
-	retrying     bool          // holds a retry budget permit
 	queued       bool          // waited in the admission queue
 	delays       backoff.BackOff
 
@@ -83,10 +81,6 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 		c.body.close()
 		c.ended(now, nil, err)
 		return nil, err
-	}
-	if h.budget != nil {
-		h.budget.RecordExecution()
-		c.counted = true
 	}
 	var resp *http.Response
 	var err error
@@ -174,7 +168,6 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 			now = time.Now()
 		}
 		resp, err, final := c.attempt(now)
-		c.releaseRetry()
 		if final {
 			return nil, err // rejected, total timeout, cancelled
 		}
@@ -185,7 +178,7 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		if !ok {
 			return c.result(resp, err) // the wait asked for does not fit: answer now
 		}
-		if !c.acquireRetry() {
+		if b := c.h.budget; b != nil && !b.allow() {
 			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: err}
 			if resp != nil {
 				e.StatusCode = resp.StatusCode
@@ -207,23 +200,6 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		if err := c.sleepUntil(wakeAt); err != nil {
 			return nil, c.errorf(nil, err, "waiting to retry")
 		}
-	}
-}
-
-// acquireRetry takes a retry budget permit, held through the wait and the
-// attempt that follow.
-func (c *call) acquireRetry() bool {
-	if c.h.budget == nil {
-		return true
-	}
-	c.retrying = c.h.budget.TryAcquirePermit()
-	return c.retrying
-}
-
-func (c *call) releaseRetry() {
-	if c.retrying {
-		c.retrying = false
-		c.h.budget.ReleasePermit()
 	}
 }
 
@@ -342,7 +318,20 @@ func (c *call) attempt(now time.Time) (resp *http.Response, err error, final boo
 		return nil, c.errorf(nil, err, ""), true
 	}
 	c.record(resp, err)
+	c.spend(resp, err)
 	return resp, err, false
+}
+
+// spend tells the retry budget how the attempt went: a failure the retry
+// layer would retry takes a token, any other outcome puts some back.
+func (c *call) spend(resp *http.Response, err error) {
+	if b := c.h.budget; b != nil {
+		if c.shouldRetry(resp, err) {
+			b.failed()
+		} else {
+			b.succeeded()
+		}
+	}
 }
 
 // record tells the circuit breaker how the attempt went.
@@ -525,11 +514,6 @@ func (c *call) finish() {
 		cancel(nil)
 	}
 	c.releasePermit()
-	c.releaseRetry()
-	if c.counted {
-		c.counted = false
-		c.h.budget.ReleaseExecution()
-	}
 }
 
 func (c *call) releasePermit() {

@@ -61,15 +61,15 @@ func printSetup(w io.Writer, cfg config) {
 	fmt.Fprintf(w, "%scircuit opens at %.0f%% failed attempts (at least %d) in %v, for %v\n",
 		indent, 100*o.CircuitBreaker.FailureRatio, o.CircuitBreaker.MinimumThroughput,
 		o.CircuitBreaker.SamplingDuration, o.CircuitBreaker.BreakDuration)
-	ratio, least := o.RetryBudget.MaxRatio, o.RetryBudget.MinConcurrency
+	tokens, ratio := o.RetryBudget.MaxTokens, o.RetryBudget.TokenRatio
+	if tokens == 0 {
+		tokens = resilience.DefaultBudgetTokens
+	}
 	if ratio == 0 {
-		ratio = resilience.DefaultBudgetRatio
+		ratio = resilience.DefaultBudgetTokenRatio
 	}
-	if least == 0 {
-		least = resilience.DefaultBudgetMinimum
-	}
-	fmt.Fprintf(w, "%sretry budget: retries may be %.0f%% of the calls in flight (at least %d at once)\n",
-		indent, 100*ratio, least)
+	fmt.Fprintf(w, "%sretry budget: %g tokens, a failed attempt takes one, a success puts back %g; retries while over half\n",
+		indent, tokens, ratio)
 	fmt.Fprintln(w)
 }
 
