@@ -20,7 +20,7 @@ type Handler struct {
 	hosts  *hostTable // a state per authority; nil without PerHost
 
 	budget   *retryBudget // nil when disabled
-	timers   sync.Pool   // *timerSlot, reused from call to call
+	timers   sync.Pool    // *timerSlot, reused from call to call
 	isolated atomic.Bool
 }
 

@@ -33,8 +33,8 @@ const (
 )
 
 type hedgeOutcome struct {
-	n      int
-	resp   *http.Response
+	n    int
+	resp *http.Response
 	err  error // for outcomeRejected, why the circuit is open
 	kind outcomeKind
 }
