@@ -50,21 +50,9 @@ func newResilience(base http.RoundTripper, opts resilience.Options) (*http.Clien
 	return &http.Client{Transport: t}, nil
 }
 
-// transient is the outcome set the standard handler retries and counts as
-// a breaker failure: errors, 408, 429 and 5xx except 501 and 505.
-func transient(resp *http.Response, err error) bool {
-	if err != nil {
-		return true
-	}
-	switch c := resp.StatusCode; {
-	case c == http.StatusRequestTimeout, c == http.StatusTooManyRequests:
-		return true
-	case c == http.StatusNotImplemented, c == http.StatusHTTPVersionNotSupported:
-		return false
-	default:
-		return c >= 500 && c <= 599
-	}
-}
+// transient is the outcome set the standard handler retries and counts as a
+// breaker failure, given to the peers so that all judge outcomes alike.
+var transient = resilience.IsTransient
 
 // newFailsafe is failsafehttp with the standard handler's five policies,
 // outermost first: bulkhead(1000), timeout(30s), retry (3 retries,

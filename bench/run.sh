@@ -2,8 +2,8 @@
 # Runs every benchmark and experiment of this module, writes the raw output
 # to results/latest.txt (the herd histograms to results/herd.txt), and prints
 # a benchstat table (peers as columns, deltas against bare) and the tables of
-# results/latest.md: ratios to bare, memory, faults, herd, and the targets of
-# issue 3.
+# results/latest.md: ratios to bare, memory, faults, herd, hedging, retry
+# budget, and the targets of issues 3 and 5.
 #
 #   ./run.sh                      # COUNT=6 rounds, ~6 minutes on 2 cores
 #   COUNT=10 BENCHTIME=2s ./run.sh
@@ -53,6 +53,12 @@ echo "== faults experiment ($FAULTCOUNT round(s), ~65 s each)" >&2
 echo "== herd experiment ($HERDCOUNT rounds)" >&2
 BENCH_RESULTS=results "$bin" -test.run '^$' -test.bench '^BenchmarkHerd$' -test.benchtime 1x \
 	-test.count "$HERDCOUNT" | tee -a "$out" | grep '^Benchmark' >&2
+echo "== hedging experiment (1 round, ~50 s)" >&2
+"$bin" -test.run '^$' -test.bench '^BenchmarkHedging$' -test.benchtime 1x \
+	| tee -a "$out" | grep '^Benchmark' >&2
+echo "== retry budget experiment (1 round, ~8 s)" >&2
+"$bin" -test.run '^$' -test.bench '^BenchmarkRetryBudget$' -test.benchtime 1x \
+	| tee -a "$out" | grep '^Benchmark' >&2
 echo "load-after: $(cut -d' ' -f1-3 /proc/loadavg | tr ' ' '/')" >>"$out"
 
 if [ -n "${PROFILE:-}" ]; then
@@ -71,7 +77,7 @@ fi
 
 echo
 # The experiments run once per round: benchstat has nothing to say about them.
-go run "$BENCHSTAT" -col /peer -filter '-.name:(Faults OR Herd)' "$out"
+go run "$BENCHSTAT" -col /peer -filter '-.name:(Faults OR Herd OR Hedging OR RetryBudget)' "$out"
 echo
 cat results/herd.txt
 echo

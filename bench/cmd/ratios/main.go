@@ -1,6 +1,7 @@
 // Command ratios reads `go test -bench` output of this module's benchmarks
 // and prints Markdown tables of the medians, each peer's ratios to the bare
-// peer measured in the same run, and whether the targets of issue 3 are met.
+// peer measured in the same run, and whether the targets of issues 3 and 5
+// are met.
 //
 //	go run ./cmd/ratios results/latest.txt
 //
@@ -115,7 +116,7 @@ const mib = 1 << 20
 // experiment reports whether a group is not a time benchmark: its ns/op is
 // not per request, so it has no place in the ratios table.
 func experiment(name string) bool {
-	for _, p := range []string{"BenchmarkPutMemory", "BenchmarkFaults", "BenchmarkHerd"} {
+	for _, p := range []string{"BenchmarkPutMemory", "BenchmarkFaults", "BenchmarkHerd", "BenchmarkHedging", "BenchmarkRetryBudget"} {
 		if strings.HasPrefix(name, p) {
 			return true
 		}
@@ -224,6 +225,48 @@ func main() {
 			num(off, true), num(on, true), off/on, boff, bon)
 	}
 
+	hedging := false
+	for _, g := range groups {
+		if !strings.HasPrefix(g.name, "BenchmarkHedging/") {
+			continue
+		}
+		if !hedging {
+			hedging = true
+			fmt.Println()
+			fmt.Println("| hedging | peer | p50 ms | p90 ms | p95 ms | p99 ms | max ms | attempts/req | hedges | budget refused | losers | cancelled | new conns | goroutines left | failed |")
+			fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		}
+		for _, p := range g.peers {
+			m := func(unit string) string { return num(g.median(p, unit)) }
+			fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+				strings.TrimPrefix(g.name, "BenchmarkHedging/"), p,
+				m("p50-ms"), m("p90-ms"), m("p95-ms"), m("p99-ms"), m("max-ms"), m("attempts/req"),
+				m("hedges"), m("budget-refused"), m("losers"), m("cancelled"), m("new-conns"),
+				m("goroutines-left"), m("failed"))
+		}
+	}
+
+	budget := false
+	for _, g := range groups {
+		if !strings.HasPrefix(g.name, "BenchmarkRetryBudget/") {
+			continue
+		}
+		if !budget {
+			budget = true
+			fmt.Println()
+			fmt.Println("| retry budget | peer | attempts/req | retries | budget exceeded | circuit opens | calls: 200 / 503 / circuit open / other | p50 ms | p99 ms | wall ms |")
+			fmt.Println("|---|---|---:|---:|---:|---:|---|---:|---:|---:|")
+		}
+		for _, p := range g.peers {
+			m := func(unit string) string { return num(g.median(p, unit)) }
+			wall, ok := g.median(p, "ns/op")
+			fmt.Printf("| %s | %s | %s | %s | %s | %s | %s / %s / %s / %s | %s | %s | %s |\n",
+				strings.TrimPrefix(g.name, "BenchmarkRetryBudget/"), p,
+				m("attempts/req"), m("retries"), m("budget-exceeded"), m("circuit-opens"),
+				m("got-200"), m("got-503"), m("circuit-open"), m("other"), m("p50-ms"), m("p99-ms"), num(wall/1e6, ok))
+		}
+	}
+
 	fmt.Println()
 	fmt.Println("Targets (resilience = standard handler, zero Options; medians):")
 	verdict := func(ok bool) string {
@@ -286,5 +329,41 @@ func main() {
 		}
 		fmt.Printf("- Faults, mix=flaky (no numeric target in issue 3): resilience success %.2f %% (best peer %s %.2f %%); new connections %.0f (fewest of the retrying peers: %s %.0f); goroutines left %.0f (want 0): %s\n",
 			succ, bestPeer, best, conns, fewestPeer, fewest, left, verdict(left == 0))
+	}
+	for _, g := range groups {
+		if !strings.HasPrefix(g.name, "BenchmarkHedging/") {
+			continue
+		}
+		sp99, sok := g.median("standard", "p99-ms")
+		hp99, hok := g.median("hedging", "p99-ms")
+		att, aok := g.median("hedging", "attempts/req")
+		if !sok || !hok || !aok {
+			continue
+		}
+		losers, _ := g.median("hedging", "losers")
+		cancelled, _ := g.median("hedging", "cancelled")
+		left, _ := g.median("hedging", "goroutines-left")
+		fmt.Printf("- Hedging, %s (issue 5): p99 %s ms with hedging vs %s ms without = %.2f (target < 0.50): %s; %.3f attempts/req (target ≤ 1.3): %s; losers cancelled %.0f of %.0f, goroutines left %.0f (want 0): %s",
+			strings.TrimPrefix(g.name, "BenchmarkHedging/"), num(hp99, true), num(sp99, true), hp99/sp99,
+			verdict(hp99 < sp99/2), att, verdict(att <= 1.3), cancelled, losers, left, verdict(left == 0 && cancelled == losers))
+		if np99, ok := g.median("hedging-nobudget", "p99-ms"); ok {
+			natt, _ := g.median("hedging-nobudget", "attempts/req")
+			fmt.Printf(" (without the retry budget: p99 %s ms = %.2f, %.3f attempts/req)", num(np99, true), np99/sp99, natt)
+		}
+		fmt.Println()
+	}
+	if g := find("BenchmarkRetryBudget/upstream=down/breaker=off"); g != nil {
+		with, _ := g.median("budget", "attempts/req")
+		without, _ := g.median("nobudget", "attempts/req")
+		refused, _ := g.median("budget", "budget-exceeded")
+		fmt.Printf("- Retry budget, 64 clients, upstream always 503, breaker off (issue 5): %.3f attempts/req with the budget (target ≤ 1.3): %s; %.3f without (expected 4.0): %s; %.0f EventBudgetExceeded\n",
+			with, verdict(with <= 1.3), without, verdict(math.Abs(without-4) < 0.005), refused)
+	}
+	if g := find("BenchmarkRetryBudget/upstream=flaky/breaker=off"); g != nil {
+		refused, _ := g.median("budget", "budget-exceeded")
+		retries, _ := g.median("nobudget", "retries")
+		failed, _ := g.median("budget", "got-503")
+		fmt.Printf("- Retry budget, 64 clients, 1 request in 20 fails (issue 5: the budget does not bite at low failure rates): %.0f of the %.0f retries needed refused, %.0f calls failed that would have succeeded without it: %s\n",
+			refused, retries, failed, verdict(refused == 0))
 	}
 }
