@@ -14,12 +14,10 @@ import (
 )
 
 // The standard stack, outermost first: admission (concurrency and rate),
-// total deadline, retry, circuit breaker, attempt deadline. One call is one
-// *call; its response body, when returned, is the call itself, so that the
-// permit and the timer are released when the body is closed or read to EOF.
-
-//
-// The deadlines are enforced in deadline.go.
+// total deadline, retry (or hedging, in hedge.go), circuit breaker, attempt
+// deadline (enforced in deadline.go). One call is one *call; its response
+// body, when returned, is the call itself, so that the permit and the timer
+// are released when the body is closed or read to EOF.
 
 type call struct {
 	h    *Handler
