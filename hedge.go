@@ -174,13 +174,10 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 		unsent()
 		return hedgeOutcome{n: n, kind: outcomeRejected, err: ErrIsolated}
 	}
-	probe := false
-	if b := c.s.breaker; b != nil {
-		if !b.TryAcquirePermit() {
-			unsent()
-			return hedgeOutcome{n: n, kind: outcomeRejected, err: c.s.failures.lastReason()}
-		}
-		probe = c.s.circuit.Load() == int32(CircuitHalfOpen)
+	probe, reason := c.s.admit()
+	if reason != nil {
+		unsent()
+		return hedgeOutcome{n: n, kind: outcomeRejected, err: reason}
 	}
 	var deadline *time.Timer
 	if d := c.attemptLimit; d > 0 {

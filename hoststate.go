@@ -61,6 +61,26 @@ func newRateLimiter(rps float64, burst int) ratelimiter.RateLimiter[any] {
 	return ratelimiter.NewBursty[any](uint(burst), interval*time.Duration(burst))
 }
 
+// admit asks the circuit breaker to let an attempt through. It reports
+// whether the attempt is the half-open probe, or, when the circuit refuses,
+// why the circuit is open. A closed circuit admits every attempt, so the
+// breaker's lock is not taken while the listeners say it is closed: an
+// attempt racing the circuit's opening goes through, as it would have a
+// moment earlier.
+func (s *hostState) admit() (probe bool, refused error) {
+	b := s.breaker
+	if b == nil || s.circuit.Load() == int32(CircuitClosed) {
+		return false, nil
+	}
+	if !b.TryAcquirePermit() {
+		if reason := s.failures.lastReason(); reason != nil {
+			return false, reason
+		}
+		return false, errProbing
+	}
+	return s.circuit.Load() == int32(CircuitHalfOpen), nil
+}
+
 func (s *hostState) circuitState() CircuitState {
 	if s.breaker == nil {
 		return CircuitClosed

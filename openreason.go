@@ -14,6 +14,10 @@ import (
 // cause under ErrCircuitOpen of the calls it rejects.
 var ErrIsolated = errors.New("resilience: isolated by IsolateCircuit")
 
+// errProbing is why a half-open circuit refuses a call: its one probe is in
+// flight.
+var errProbing = errors.New("half-open, its probe in flight")
+
 // failureLog keeps the last failures the circuit breaker counted, so that an
 // open circuit can say why it opened. It is touched only on failures and
 // transitions, never on the success path.

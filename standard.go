@@ -269,12 +269,9 @@ func (c *call) attempt(now time.Time) (resp *http.Response, err error, final boo
 	if h.isolated.Load() {
 		return nil, c.rejected(ErrIsolated), true
 	}
-	probe := false
-	if b := c.s.breaker; b != nil {
-		if !b.TryAcquirePermit() {
-			return nil, c.rejected(c.s.failures.lastReason()), true
-		}
-		probe = c.s.circuit.Load() == int32(CircuitHalfOpen)
+	probe, err := c.s.admit()
+	if err != nil {
+		return nil, c.rejected(err), true
 	}
 	if !c.prepared {
 		// Only now, once the call will be sent, is the body read ahead.
