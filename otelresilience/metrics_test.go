@@ -457,3 +457,38 @@ func TestConcurrent(t *testing.T) {
 	assert.EqualValues(t, workers*each, total)
 	assert.Len(t, r.gauge(t), workers)
 }
+
+// Every hedge is counted, and every attempt of a hedged call is measured:
+// the slow first attempt (cancelled by the race) and the hedge that won.
+func TestHedgesCounted(t *testing.T) {
+	r := newRig(t)
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if hits.Add(1) == 1 {
+			<-req.Context().Done() // the first attempt is stuck until it loses
+			return
+		}
+		fmt.Fprint(w, "fast")
+	}))
+	t.Cleanup(srv.Close)
+	_, c := r.newHandler(t, resilience.Options{
+		Name:    "catalog",
+		Hedging: resilience.HedgingOptions{Enabled: true, Delay: 10 * time.Millisecond},
+	})
+
+	status, err := get(t, c, srv.URL)
+	require.NoError(t, err)
+	require.Equal(t, 200, status)
+
+	catalog := attrs{"resilience.handler": "catalog", "http.request.method": "GET"}
+	assert.ElementsMatch(t, []point{
+		{catalog.with(attrs{"resilience.event": "hedge"}), 1},
+	}, r.events(t), "one hedge, counted")
+	// The loser reports from its own goroutine once cancelled, after the
+	// call has returned.
+	require.Eventually(t, func() bool { return len(r.histogram(t, "resilience.attempt.duration")) == 2 },
+		5*time.Second, time.Millisecond, "both attempts measured, by number")
+	assert.ElementsMatch(t, []point{
+		{catalog.with(attrs{"resilience.outcome": "success", "http.response.status_code": int64(200)}), 1},
+	}, r.histogram(t, "resilience.call.duration"))
+}
