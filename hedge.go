@@ -205,16 +205,13 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 			resp.Body.Close()
 		}
 		c.emit(Event{Kind: EventAttemptTimeout, Attempt: n, Err: ErrAttemptTimeout})
-		c.record(nil, ErrAttemptTimeout)
-		c.spend(nil, ErrAttemptTimeout)
+		c.judge(nil, ErrAttemptTimeout)
 		return hedgeOutcome{n: n, err: ErrAttemptTimeout, kind: outcomeFailure}
 	case cause != nil:
 		c.abandon(probe, err) // says nothing about the upstream
 		return hedgeOutcome{n: n, err: err, kind: outcomeAbandoned}
 	}
-	c.record(resp, err)
-	c.spend(resp, err)
-	if c.shouldRetry(resp, err) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
+	if c.judge(resp, err) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
 		return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeFailure}
 	}
 	return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeWin}

@@ -31,6 +31,7 @@ type call struct {
 	totalLimit   time.Duration // the total timeout; 0 for none
 	over         *overrides    // the request's overrides, if any
 	repeatable   bool          // the request may be sent more than once
+	retryable    bool          // the last attempt failed in a way the retry layer retries
 	prepared     bool          // body.prepare has run
 	totalAt      time.Time     // zero without a total timeout
 	permit       bool          // holds a bulkhead permit
@@ -169,7 +170,7 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		if final {
 			return nil, err // rejected, total timeout, cancelled
 		}
-		if !c.repeatable || n > cfg.Retry.MaxRetries || !c.body.replayable() || !c.shouldRetry(resp, err) {
+		if !c.repeatable || n > cfg.Retry.MaxRetries || !c.body.replayable() || !c.retryable {
 			return c.result(resp, err)
 		}
 		wait, ok := c.nextDelay(resp)
@@ -199,13 +200,6 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 			return nil, c.errorf(nil, err, "waiting to retry")
 		}
 	}
-}
-
-func (c *call) shouldRetry(resp *http.Response, err error) bool {
-	if f := c.h.cfg.Retry.ShouldRetry; f != nil {
-		return f(resp, err)
-	}
-	return IsTransient(resp, err)
 }
 
 // result is what the caller gets when retries stop on an attempt's outcome.
@@ -312,41 +306,43 @@ func (c *call) attempt(now time.Time) (resp *http.Response, err error, final boo
 		c.abandon(probe, err)
 		return nil, c.errorf(nil, err, ""), true
 	}
-	c.record(resp, err)
-	c.spend(resp, err)
+	c.retryable = c.judge(resp, err)
 	return resp, err, false
 }
 
-// spend tells the retry budget how the attempt went: a failure the retry
-// layer would retry takes a token, any other outcome puts some back.
-func (c *call) spend(resp *http.Response, err error) {
+// judge tells the circuit breaker and the retry budget how an attempt went,
+// and reports whether it is a failure the retry layer would retry. The
+// standard classification (IsTransient) is computed once for all three.
+func (c *call) judge(resp *http.Response, err error) (retryable bool) {
+	cfg := c.h.cfg
+	var transient bool
+	if cfg.Retry.ShouldRetry == nil || cfg.CircuitBreaker.ShouldHandle == nil {
+		transient = IsTransient(resp, err)
+	}
+	retryable = transient
+	if f := cfg.Retry.ShouldRetry; f != nil {
+		retryable = f(resp, err)
+	}
+	if b := c.s.breaker; b != nil {
+		failed := transient
+		if f := cfg.CircuitBreaker.ShouldHandle; f != nil {
+			failed = f(resp, err)
+		}
+		if failed {
+			c.s.failures.record(resp, err)
+			b.RecordFailure()
+		} else {
+			b.RecordSuccess()
+		}
+	}
 	if b := c.h.budget; b != nil {
-		if c.shouldRetry(resp, err) {
-			b.failed()
+		if retryable {
+			b.failed() // a failure the retry layer would retry takes a token
 		} else {
 			b.succeeded()
 		}
 	}
-}
-
-// record tells the circuit breaker how the attempt went.
-func (c *call) record(resp *http.Response, err error) {
-	b := c.s.breaker
-	if b == nil {
-		return
-	}
-	failed := false
-	if f := c.h.cfg.CircuitBreaker.ShouldHandle; f != nil {
-		failed = f(resp, err)
-	} else {
-		failed = IsTransient(resp, err)
-	}
-	if failed {
-		c.s.failures.record(resp, err)
-		b.RecordFailure()
-	} else {
-		b.RecordSuccess()
-	}
+	return retryable
 }
 
 // abandon handles an attempt whose outcome says nothing about the upstream
