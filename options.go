@@ -368,14 +368,13 @@ func resolve(o Options) (*config, error) {
 	if r.MaxRetries == 0 {
 		r.MaxRetries = DefaultMaxRetries
 	}
+	delay := fmt.Sprint(r.Delay)
 	if r.Delay == 0 {
 		r.Delay = DefaultRetryDelay
-		if r.MaxDelay > 0 && r.MaxDelay < r.Delay {
-			return nil, bad("Retry.MaxDelay", r.MaxDelay, fmt.Sprintf("must not be below Retry.Delay (default %v)", r.Delay))
-		}
+		delay = fmt.Sprintf("default %v", r.Delay)
 	}
 	if r.MaxDelay > 0 && r.Delay > r.MaxDelay {
-		return nil, bad("Retry.MaxDelay", r.MaxDelay, fmt.Sprintf("must not be below Retry.Delay (%v)", r.Delay))
+		return nil, bad("Retry.MaxDelay", r.MaxDelay, "must not be below Retry.Delay ("+delay+")")
 	}
 	if r.MaxDelay == 0 {
 		r.MaxDelay = max(DefaultMaxRetryDelay, r.Delay)
