@@ -18,6 +18,19 @@ var ErrIsolated = errors.New("resilience: isolated by IsolateCircuit")
 // flight.
 var errProbing = errors.New("half-open, its probe in flight")
 
+// Bounds of the text an open circuit keeps to say why it opened. The reason
+// is in every rejection error, every log line about the circuit and the
+// health report, and its parts come from the upstream (a status line may be
+// up to 10 MB long, net/http's limit on headers) or from error texts of any
+// length. A status line or error worth reading fits in a few hundred bytes;
+// the whole reason, a summary and up to len(failureLog.recent) such texts
+// with their counts, stays under a couple of KiB, small enough to log on
+// every rejection.
+const (
+	maxFailureText = 256     // bytes of one remembered failure
+	maxReasonText  = 2 << 10 // bytes of the whole reason
+)
+
 // failureLog keeps the last failures the circuit breaker counted, so that an
 // open circuit can say why it opened. It is touched only on failures and
 // transitions, never on the success path.
@@ -45,14 +58,17 @@ func (l *failureLog) reset() {
 	l.mu.Unlock()
 }
 
+// describe returns the text the failure log keeps for a failure: control
+// characters escaped, and bounded, so that texts equal within the bound
+// count as one.
 func describe(resp *http.Response, err error) string {
 	switch {
 	case errors.Is(err, ErrAttemptTimeout):
 		return "attempt timeout"
 	case err != nil:
-		return err.Error()
+		return safeText(err.Error(), maxFailureText)
 	case resp != nil:
-		return resp.Status
+		return safeText(resp.Status, maxFailureText)
 	}
 	return "failure"
 }
@@ -85,7 +101,7 @@ func (l *failureLog) opened(summary string) error {
 			fmt.Fprintf(&b, "%s (x%d)", d, counts[d])
 		}
 	}
-	l.reason = &openReason{msg: b.String()}
+	l.reason = &openReason{msg: cutText(b.String(), maxReasonText)}
 	return l.reason
 }
 
