@@ -139,11 +139,11 @@ func (h *Handler) log(e Event) {
 		attrs = append(attrs, slog.Int("status", e.StatusCode))
 	}
 	if e.Err != nil {
-		// The error may carry text an upstream chose: log it escaped and
-		// bounded. 4 KiB holds a bounded circuit-open reason with the
-		// call's own words around it.
+		// The error may carry an upstream's URL and text it chose: log it
+		// with the URL's secrets redacted, escaped and bounded. 4 KiB holds
+		// a bounded circuit-open reason with the call's own words around it.
 		const maxLoggedError = 4 << 10
-		attrs = append(attrs, slog.String("error", safeText(e.Err.Error(), maxLoggedError)))
+		attrs = append(attrs, slog.String("error", safeText(redactedError(e.Err), maxLoggedError)))
 	}
 	l.LogAttrs(context.Background(), lvl, "resilience: "+e.Kind.String(), attrs...)
 }

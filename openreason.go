@@ -58,15 +58,15 @@ func (l *failureLog) reset() {
 	l.mu.Unlock()
 }
 
-// describe returns the text the failure log keeps for a failure: control
-// characters escaped, and bounded, so that texts equal within the bound
-// count as one.
+// describe returns the text the failure log keeps for a failure: URL
+// secrets redacted, control characters escaped, and bounded, so that texts
+// equal within the bound count as one.
 func describe(resp *http.Response, err error) string {
 	switch {
 	case errors.Is(err, ErrAttemptTimeout):
 		return "attempt timeout"
 	case err != nil:
-		return safeText(err.Error(), maxFailureText)
+		return safeText(redactedError(err), maxFailureText)
 	case resp != nil:
 		return safeText(resp.Status, maxFailureText)
 	}

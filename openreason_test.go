@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"unicode/utf8"
 
@@ -180,4 +184,45 @@ func TestCircuitReasonEscapesControlCharacters(t *testing.T) {
 	}
 	orLogLine(t, logged, EventCircuitOpened) // one line, not two
 	assert.NotContains(t, logged, "\x1b")
+}
+
+// A base RoundTripper's *url.Error carries the upstream's URL, query string
+// and userinfo included. The handler keeps and shows that text only with
+// them redacted; the error RoundTrip returns is the caller's, unchanged.
+func TestCircuitReasonRedactsURLSecrets(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	const secretURL = "http://user:pw@host.example:8080/v1/items?apiKey=SECRET&x=1#frag"
+	var returned []error
+	base := &orRoundTripper{f: func(n int) (*http.Response, error) {
+		var err error = &url.Error{Op: "Get", URL: secretURL, Err: refused}
+		if n%2 == 1 {
+			err = fmt.Errorf("proxy: %w", err) // wrapped by another layer
+		}
+		returned = append(returned, err)
+		return nil, err
+	}}
+	h, rejection, healthJSON, logged := orOpen(t, base, 4)
+
+	reason := CheckHealth(h).Handlers["cb-test"].Reason
+	require.NotEmpty(t, reason)
+	for name, text := range map[string]string{
+		"reason":      reason,
+		"rejection":   rejection.Error(),
+		"health JSON": healthJSON,
+		"logs":        logged,
+	} {
+		assert.NotContains(t, text, "SECRET", name)
+		assert.NotContains(t, text, "apiKey", name)
+		assert.NotContains(t, text, "pw", name)
+		assert.NotContains(t, text, "user", name)
+		assert.NotContains(t, text, "frag", name)
+		assert.Contains(t, text, "http://host.example:8080/v1/items?redacted#redacted", name)
+		assert.Contains(t, text, "connection refused", name)
+	}
+	assert.Contains(t, reason, `Get "http://host.example:8080/v1/items?redacted#redacted": dial tcp: connect: connection refused (x2)`)
+	assert.Contains(t, reason, `proxy: Get "http://host.example:8080/v1/items?redacted#redacted": dial tcp: connect: connection refused (x2)`)
+
+	// What the base returned is untouched.
+	require.Len(t, returned, 4)
+	assert.Contains(t, returned[0].Error(), "apiKey=SECRET")
 }

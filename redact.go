@@ -2,6 +2,9 @@ package resilience
 
 import (
 	"fmt"
+	"net/url"
+	"sort"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -9,7 +12,99 @@ import (
 
 // This file makes text from outside the handler (error messages, status
 // lines the upstream chose) fit to keep and to show in reasons, health
-// reports and logs: control characters escaped, the length bounded.
+// reports and logs: the secrets of URLs redacted, control characters
+// escaped, the length bounded.
+
+// redactedError returns err's message with the query, fragment and userinfo
+// of every *url.Error's URL in err's tree redacted, the rest of the message
+// as it was. It finds the URLs by type, not by guessing at the text: each
+// *url.Error's URL is replaced where it appears in the message, as url.Error
+// quotes it and as it is.
+func redactedError(err error) string {
+	msg := err.Error()
+	var urls []string
+	walkErrors(err, func(e error) {
+		if ue, ok := e.(*url.Error); ok && ue.URL != "" && redactURL(ue.URL) != ue.URL {
+			urls = append(urls, ue.URL)
+		}
+	})
+	if len(urls) == 0 {
+		return msg
+	}
+	// One pass, the longest URL first where several start at one place, so
+	// that redacting a URL that is a prefix of another cannot leave the
+	// other's query behind.
+	sort.Slice(urls, func(i, j int) bool { return len(urls[i]) > len(urls[j]) })
+	pairs := make([]string, 0, 4*len(urls))
+	for _, u := range urls {
+		red := redactURL(u)
+		pairs = append(pairs, strconv.Quote(u), strconv.Quote(red), u, red)
+	}
+	return strings.NewReplacer(pairs...).Replace(msg)
+}
+
+// maxErrorTree bounds how many errors of a tree redactedError visits, so that
+// a pathological Unwrap cannot make it loop for ever.
+const maxErrorTree = 64
+
+// walkErrors calls f for err and the errors it wraps, depth first, as
+// errors.As would visit them.
+func walkErrors(err error, f func(error)) {
+	stack := []error{err}
+	for seen := 0; len(stack) > 0 && seen < maxErrorTree; seen++ {
+		e := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if e == nil {
+			continue
+		}
+		f(e)
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			stack = append(stack, u.Unwrap())
+		case interface{ Unwrap() []error }:
+			errs := u.Unwrap()
+			for i := len(errs) - 1; i >= 0; i-- {
+				stack = append(stack, errs[i])
+			}
+		}
+	}
+}
+
+// redactURL drops the userinfo of a URL and replaces its query and fragment
+// with "redacted", keeping the scheme, host and path: enough to say which
+// upstream failed, without the credentials or API keys a URL may carry.
+// (url.URL.Redacted masks only the password.) It works on the text, so that
+// a URL url.Parse would refuse is redacted too.
+func redactURL(s string) string {
+	var b strings.Builder
+	rest := s
+	if i := strings.Index(rest, "://"); i >= 0 && !strings.ContainsAny(rest[:i], "/?#") {
+		b.WriteString(rest[:i+3])
+		rest = rest[i+3:]
+		end := strings.IndexAny(rest, "/?#")
+		if end < 0 {
+			end = len(rest)
+		}
+		host := rest[:end]
+		if at := strings.LastIndexByte(host, '@'); at >= 0 {
+			host = host[at+1:]
+		}
+		b.WriteString(host)
+		rest = rest[end:]
+	}
+	path, tail := rest, ""
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		path, tail = rest[:i], rest[i:]
+	}
+	b.WriteString(path)
+	if strings.HasPrefix(tail, "?") {
+		b.WriteString("?redacted")
+	}
+	if strings.Contains(tail, "#") {
+		b.WriteString("#redacted")
+	}
+	return b.String()
+}
 
 // safeText returns s with control characters escaped (a newline as \n, an
 // ANSI escape as \x1b, a bidirectional override as \u202e, a line separator
