@@ -377,7 +377,7 @@ func TestEventsMeasureRejectedCall(t *testing.T) {
 	require.ErrorIs(t, err, ErrCircuitOpen)
 	calls := rec.of(EventCall)
 	require.Len(t, calls, 1)
-	assert.Equal(t, 1, calls[0].Attempt, "the attempt that the circuit refused")
+	assert.Zero(t, calls[0].Attempt, "the attempt the circuit refused was never made")
 	assert.ErrorIs(t, calls[0].Err, ErrCircuitOpen)
 	assert.Empty(t, rec.of(EventAttempt), "nothing was sent")
 }

@@ -46,6 +46,9 @@ type hedgeAttempt struct {
 
 func (c *call) hedge(now time.Time) (*http.Response, error) {
 	cfg := c.h.cfg
+	if err := c.callerLeft(); err != nil {
+		return nil, c.errorf(nil, err, "") // the caller left: say so, not what the circuit would have said
+	}
 	ctx, cancel := context.WithCancelCause(c.req.Context())
 	c.mu.Lock()
 	c.cancel, c.inBody = cancel, true // the timer only ever enforces the total deadline here
@@ -72,7 +75,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		n := len(attempts) + 1
 		actx, acancel := context.WithCancelCause(ctx)
 		attempts = append(attempts, &hedgeAttempt{cancel: acancel})
-		c.attempts = n
+		c.attempts++ // taken back if the circuit refuses it
 		running++
 		go func() {
 			results <- c.hedgeAttempt(actx, acancel, n, body, getBody)
@@ -81,8 +84,9 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 	}
 	// another sends one more hedge if the rules allow it, and says whether
 	// it did; refused says the budget alone stood in the way, so that the
-	// hedge is asked for again at the next hedge point.
-	refused := false
+	// hedge is asked for again at the next hedge point. The budget's refusal
+	// is reported once per call, however often the hedge is asked for.
+	refused, reported := false, false
 	another := func(delay time.Duration) bool {
 		refused = false
 		if len(attempts) > hedges || c.h.isolated.Load() {
@@ -92,7 +96,10 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 			return false // an open or probing circuit gets no extra load
 		}
 		if b := c.h.budget; b != nil && !b.allow() {
-			c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(attempts) + 1})
+			if !reported {
+				reported = true
+				c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(attempts) + 1})
+			}
 			refused = true
 			return false
 		}
@@ -125,6 +132,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 				}
 				return o.resp, nil
 			case outcomeRejected:
+				c.attempts-- // never sent
 				if o.n == 1 {
 					c.settle(attempts, results, running, last)
 					return nil, c.rejected(o.err)
@@ -132,7 +140,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 				c.emit(Event{Kind: EventCircuitRejected, Attempt: o.n, Err: o.err})
 			case outcomeFailure:
 				if last != nil {
-					c.discardOutcome(last)
+					go c.discardOutcome(last) // never keep the next outcome waiting on a loser
 				}
 				last = &o
 				if another(0) || refused {
@@ -184,8 +192,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 		deadline = time.AfterFunc(d, func() { cancel(ErrAttemptTimeout) })
 	}
 	start := time.Now()
-	r := c.req.WithContext(ctx)
-	r.Body, r.GetBody = body, getBody
+	r, sent := c.attemptRequest(ctx, body, getBody)
 	resp, err := c.base.RoundTrip(r)
 	if deadline != nil {
 		deadline.Stop()
@@ -207,9 +214,14 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 		c.emit(Event{Kind: EventAttemptTimeout, Attempt: n, Err: ErrAttemptTimeout})
 		c.judge(nil, ErrAttemptTimeout)
 		return hedgeOutcome{n: n, err: ErrAttemptTimeout, kind: outcomeFailure}
-	case cause != nil:
-		c.abandon(probe, err) // says nothing about the upstream
+	case cause != nil || (err != nil && c.callerLeft() != nil):
+		c.s.abandonProbe(probe, err) // the race's loser or the caller gave up
 		return hedgeOutcome{n: n, err: err, kind: outcomeAbandoned}
+	case err != nil:
+		if fault := requestFault(sent, err); fault != nil {
+			c.s.releaseProbe(probe) // the request's own failure ends the call
+			return hedgeOutcome{n: n, err: fault, kind: outcomeWin}
+		}
 	}
 	if c.judge(resp, err) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
 		return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeFailure}
@@ -218,21 +230,21 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 }
 
 // settle cancels the attempts still running and, in the background, drains
-// and closes what they return; it discards the kept failure too. The winner,
-// if any, is not among them.
+// and closes what they return, and the kept failure too: the winner, if
+// any, is not among them and never waits for them.
 func (c *call) settle(attempts []*hedgeAttempt, results <-chan hedgeOutcome, running int, last *hedgeOutcome) {
 	for _, a := range attempts {
 		if !a.done {
 			a.cancel(errHedgeLost)
 		}
 	}
-	if last != nil {
-		c.discardOutcome(last)
-	}
-	if running == 0 {
+	if last == nil && running == 0 {
 		return
 	}
 	go func() {
+		if last != nil {
+			c.discardOutcome(last)
+		}
 		for ; running > 0; running-- {
 			o := <-results
 			c.discardOutcome(&o)

@@ -27,6 +27,7 @@ type hostState struct {
 	circuit  atomic.Int32                       // CircuitState as the breaker's listeners last saw it
 	failures failureLog
 	lastUsed atomic.Int64 // unix nanoseconds, with PerHost
+	probe    probeGate    // the half-open circuit's probe
 }
 
 func newHostState(h *Handler, host string) *hostState {
@@ -61,26 +62,6 @@ func newRateLimiter(rps float64, burst int) ratelimiter.RateLimiter[any] {
 	return ratelimiter.NewBursty[any](uint(burst), interval*time.Duration(burst))
 }
 
-// admit asks the circuit breaker to let an attempt through. It reports
-// whether the attempt is the half-open probe, or, when the circuit refuses,
-// why the circuit is open. A closed circuit admits every attempt, so the
-// breaker's lock is not taken while the listeners say it is closed: an
-// attempt racing the circuit's opening goes through, as it would have a
-// moment earlier.
-func (s *hostState) admit() (probe bool, refused error) {
-	b := s.breaker
-	if b == nil || s.circuit.Load() == int32(CircuitClosed) {
-		return false, nil
-	}
-	if !b.TryAcquirePermit() {
-		if reason := s.failures.lastReason(); reason != nil {
-			return false, reason
-		}
-		return false, errProbing
-	}
-	return s.circuit.Load() == int32(CircuitHalfOpen), nil
-}
-
 func (s *hostState) circuitState() CircuitState {
 	if s.breaker == nil {
 		return CircuitClosed
@@ -99,6 +80,9 @@ func (s *hostState) circuitState() CircuitState {
 
 func (s *hostState) onOpen(e circuitbreaker.StateChangedEvent) {
 	s.circuit.Store(int32(CircuitOpen))
+	if s.probe.quiet.Load() {
+		return // a new probe is being let through: not a new opening
+	}
 	summary := "the half-open probe failed"
 	if e.OldState == circuitbreaker.ClosedState {
 		// Not e.Metrics(): it reads the old state's statistics without the
@@ -113,6 +97,9 @@ func (s *hostState) onOpen(e circuitbreaker.StateChangedEvent) {
 
 func (s *hostState) onHalfOpen(circuitbreaker.StateChangedEvent) {
 	s.circuit.Store(int32(CircuitHalfOpen))
+	if s.probe.quiet.Load() {
+		return
+	}
 	s.h.emit(Event{Kind: EventCircuitHalfOpened, Host: s.host})
 }
 

@@ -14,10 +14,6 @@ import (
 // cause under ErrCircuitOpen of the calls it rejects.
 var ErrIsolated = errors.New("resilience: isolated by IsolateCircuit")
 
-// errProbing is why a half-open circuit refuses a call: its one probe is in
-// flight.
-var errProbing = errors.New("half-open, its probe in flight")
-
 // Bounds of the text an open circuit keeps to say why it opened. The reason
 // is in every rejection error, every log line about the circuit and the
 // health report, and its parts come from the upstream (a status line may be

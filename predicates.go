@@ -14,12 +14,23 @@ import (
 // one the retry layer and the circuit breaker use unless told otherwise:
 //
 //   - a response with status 408, 429, or 5xx other than 501 and 505;
-//   - a transport error, including an attempt timeout (ErrAttemptTimeout);
+//   - a transport error, including every timeout the transport raises
+//     (ErrAttemptTimeout, http.Transport's ResponseHeaderTimeout and
+//     TLSHandshakeTimeout, a net.Dialer's Timeout, an HTTP/2 ping that went
+//     unanswered);
 //
-// but never caller cancellation or a caller's deadline, the total timeout
+// but never a context's own error (context.Canceled or
+// context.DeadlineExceeded itself: the caller gave up), the total timeout
 // (ErrTotalTimeout), a TLS certificate or handshake failure, or a request
 // the transport refused as malformed (unsupported scheme, missing host,
-// invalid method or header): repeating those cannot help.
+// invalid method or header, a body shorter or longer than its
+// ContentLength): repeating those cannot help.
+//
+// A Transport does not leave the caller's own deadline or cancellation to
+// IsTransient: it reads them from the request's context, and a call whose
+// context is done is never retried and never counted by the circuit
+// breaker. Nor are failures of the request itself (its body's reader
+// failing, a length mismatch, a malformed request) ever counted.
 //
 // IsTransient says nothing about whether a request is safe to repeat; the
 // method rule decides that.
@@ -44,13 +55,20 @@ func transientError(err error) bool {
 	switch {
 	case errors.Is(err, ErrAttemptTimeout):
 		return true
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		// ErrTotalTimeout and the caller's own deadline land here.
-		return false
-	case isTLSFailure(err), isMalformed(err):
+	case errors.Is(err, ErrTotalTimeout), isContextError(err), isTLSFailure(err), isRequestError(err):
 		return false
 	}
 	return true
+}
+
+// isContextError reports whether err is, or wraps, a context's own error.
+// It asks for the sentinels themselves, not errors.Is: net/http's and net's
+// timeouts say they are context.DeadlineExceeded too, and they are failures
+// of the attempt, not the caller's deadline.
+func isContextError(err error) bool {
+	return walkErrors(err, func(e error) bool {
+		return e == context.Canceled || e == context.DeadlineExceeded
+	})
 }
 
 func isTLSFailure(err error) bool {
@@ -68,30 +86,41 @@ func isTLSFailure(err error) bool {
 		errors.As(err, &roots)
 }
 
-// malformedMessages are the errors net/http returns, as unexported types or
-// plain strings, for a request it will never send.
-var malformedMessages = []string{
+// requestErrorPrefixes begin the errors net/http returns, as plain strings
+// or unexported types, for a request it will not send as it is: checks made
+// before anything reaches the network, and a body that does not match its
+// ContentLength. Only the start of an error's own message is compared: the
+// rest of a net/http message may quote bytes the upstream sent (a malformed
+// header line, a status), and those must never steer a classification.
+var requestErrorPrefixes = []string{
 	"unsupported protocol scheme",
-	"no Host in request URL",
-	"nil Request.URL",
-	"nil Request.Header",
-	"invalid method",
-	"invalid header field",
-	"invalid Host header",
-	"invalid Trailer",
+	"http: no Host in request URL",
+	"http: nil Request.URL",
+	"http: nil Request.Header",
+	"net/http: invalid method",
+	"net/http: invalid header ",
+	"net/http: invalid trailer ",
+	"http: invalid Host header",
+	"invalid Trailer key",
+	"http: ContentLength=",                                     // HTTP/1: body length differs from ContentLength
+	"http2: request body larger than specified content length", // HTTP/2: the same
+	"request header list larger than peer's advertised limit",  // HTTP/2: headers over the peer's limit
 }
 
-func isMalformed(err error) bool {
-	// Match the transport's own message, not the URL a *url.Error adds.
-	var ue *url.Error
-	for errors.As(err, &ue) && ue.Err != nil {
-		err = ue.Err
-	}
-	msg := err.Error()
-	for _, m := range malformedMessages {
-		if strings.Contains(msg, m) {
-			return true
+// isRequestError reports whether err is net/http's refusal of the request
+// itself, judged by the start of the message of err or of an error it
+// wraps.
+func isRequestError(err error) bool {
+	return walkErrors(err, func(e error) bool {
+		if _, ok := e.(*url.Error); ok {
+			return false // its message starts with the operation and the URL
 		}
-	}
-	return false
+		msg := e.Error()
+		for _, p := range requestErrorPrefixes {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+		return false
+	})
 }

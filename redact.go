@@ -23,10 +23,11 @@ import (
 func redactedError(err error) string {
 	msg := err.Error()
 	var urls []string
-	walkErrors(err, func(e error) {
+	walkErrors(err, func(e error) bool {
 		if ue, ok := e.(*url.Error); ok && ue.URL != "" && redactURL(ue.URL) != ue.URL {
 			urls = append(urls, ue.URL)
 		}
+		return false
 	})
 	if len(urls) == 0 {
 		return msg
@@ -41,33 +42,6 @@ func redactedError(err error) string {
 		pairs = append(pairs, strconv.Quote(u), strconv.Quote(red), u, red)
 	}
 	return strings.NewReplacer(pairs...).Replace(msg)
-}
-
-// maxErrorTree bounds how many errors of a tree redactedError visits, so that
-// a pathological Unwrap cannot make it loop for ever.
-const maxErrorTree = 64
-
-// walkErrors calls f for err and the errors it wraps, depth first, as
-// errors.As would visit them.
-func walkErrors(err error, f func(error)) {
-	stack := []error{err}
-	for seen := 0; len(stack) > 0 && seen < maxErrorTree; seen++ {
-		e := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if e == nil {
-			continue
-		}
-		f(e)
-		switch u := e.(type) {
-		case interface{ Unwrap() error }:
-			stack = append(stack, u.Unwrap())
-		case interface{ Unwrap() []error }:
-			errs := u.Unwrap()
-			for i := len(errs) - 1; i >= 0; i-- {
-				stack = append(stack, errs[i])
-			}
-		}
-	}
 }
 
 // redactURL drops the userinfo of a URL and replaces its query and fragment

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -48,6 +49,7 @@ type call struct {
 	done       bool
 	reported   bool          // the total timeout while reading the body was emitted
 	rc         io.ReadCloser // the returned response's body
+	rcClosed   atomic.Bool   // rc has been closed
 }
 
 // errDrainTimeout cuts short the draining of a retried response.
@@ -162,13 +164,12 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 	cfg := c.h.cfg
 	c.repeatable = !cfg.Retry.Disabled && cfg.methods.repeatable(c.req, c.over)
 	for n := 1; ; n++ {
-		c.attempts = n
 		if n > 1 || c.queued {
 			now = time.Now()
 		}
 		resp, err, final := c.attempt(now)
 		if final {
-			return nil, err // rejected, total timeout, cancelled
+			return nil, err // rejected, total timeout, cancelled, the request's own failure
 		}
 		if !c.repeatable || n > cfg.Retry.MaxRetries || !c.body.replayable() || !c.retryable {
 			return c.result(resp, err)
@@ -215,7 +216,9 @@ func (c *call) result(resp *http.Response, err error) (*http.Response, error) {
 
 // nextDelay returns how long to wait before the next attempt, and false
 // when that wait is not worth making: a Retry-After beyond MaxRetryAfter,
-// or any wait that would end past the total deadline.
+// or any wait that would end past the call's deadline, the earlier of the
+// total timeout and the request context's own deadline (http.Client.Timeout
+// is one).
 func (c *call) nextDelay(resp *http.Response) (time.Duration, bool) {
 	r := c.h.cfg.Retry
 	if c.delays == nil {
@@ -231,16 +234,42 @@ func (c *call) nextDelay(resp *http.Response) (time.Duration, bool) {
 			wait = d
 		}
 	}
-	if !c.totalAt.IsZero() && !now.Add(wait).Before(c.totalAt) {
+	deadline := c.totalAt
+	if d, ok := c.req.Context().Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+		deadline = d
+	}
+	if !deadline.IsZero() && !now.Add(wait).Before(deadline) {
 		return 0, false
 	}
 	return wait, true
 }
 
+// errRequestCanceled is why a call ends when the caller closes the
+// request's Cancel channel, as http.Client does for its Timeout with a
+// RoundTripper it does not know.
+var errRequestCanceled = errors.New("resilience: request canceled")
+
+// callerLeft returns the caller's reason to stop waiting for the call, if
+// it has one: the request context's error, or its Cancel channel closed.
+// Whatever else fails an attempt, a timeout included, is the attempt's.
+func (c *call) callerLeft() error {
+	if err := c.req.Context().Err(); err != nil {
+		return err
+	}
+	if c.req.Cancel != nil {
+		select {
+		case <-c.req.Cancel:
+			return errRequestCanceled
+		default:
+		}
+	}
+	return nil
+}
+
 func (c *call) sleepUntil(t time.Time) error {
 	d := time.Until(t)
 	if d <= 0 {
-		return c.req.Context().Err()
+		return c.callerLeft()
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
@@ -249,6 +278,8 @@ func (c *call) sleepUntil(t time.Time) error {
 		return nil
 	case <-c.req.Context().Done():
 		return c.req.Context().Err()
+	case <-c.req.Cancel: // nil, and so never ready, unless the caller set it
+		return errRequestCanceled
 	}
 }
 
@@ -257,6 +288,9 @@ func (c *call) sleepUntil(t time.Time) error {
 // the outcome is the attempt's, for the retry layer to judge.
 func (c *call) attempt(now time.Time) (resp *http.Response, err error, final bool) {
 	h := c.h
+	if err := c.callerLeft(); err != nil {
+		return nil, c.errorf(nil, err, ""), true // the caller left: say so, not what the circuit would have said
+	}
 	if !c.totalAt.IsZero() && !now.Before(c.totalAt) {
 		return nil, c.totalTimeout(nil), true
 	}
@@ -271,19 +305,19 @@ func (c *call) attempt(now time.Time) (resp *http.Response, err error, final boo
 		// Only now, once the call will be sent, is the body read ahead.
 		c.prepared = true
 		if err := c.body.prepare(c.req, c.repeatable, h.cfg.MaxBufferedBody); err != nil {
-			c.abandon(probe, err)
+			c.s.releaseProbe(probe) // the request's own failure
 			return nil, c.errorf(nil, err, ""), true
 		}
 	}
 	body, getBody, err := c.body.next()
 	if err != nil {
-		c.abandon(probe, err)
+		c.s.releaseProbe(probe)
 		return nil, c.errorf(nil, err, ""), true
 	}
 
 	ctx, cancel := context.WithCancelCause(c.req.Context())
-	r := c.req.WithContext(ctx)
-	r.Body, r.GetBody = body, getBody
+	r, sent := c.attemptRequest(ctx, body, getBody)
+	c.attempts++
 	c.start(cancel, now)
 	resp, err = c.base.RoundTrip(r)
 	fired := c.headers()
@@ -294,7 +328,7 @@ func (c *call) attempt(now time.Time) (resp *http.Response, err error, final boo
 		if resp != nil {
 			resp.Body.Close()
 		}
-		c.abandon(probe, ErrTotalTimeout)
+		c.s.abandonProbe(probe, ErrTotalTimeout)
 		return nil, c.totalTimeout(err), true
 	case fired == ErrAttemptTimeout:
 		if resp != nil {
@@ -302,12 +336,35 @@ func (c *call) attempt(now time.Time) (resp *http.Response, err error, final boo
 		}
 		resp, err = nil, ErrAttemptTimeout
 		c.emit(Event{Kind: EventAttemptTimeout, Err: err})
-	case err != nil && c.req.Context().Err() != nil:
-		c.abandon(probe, err)
+	case err != nil && c.callerLeft() != nil:
+		c.s.abandonProbe(probe, err)
 		return nil, c.errorf(nil, err, ""), true
+	case err != nil:
+		if fault := requestFault(sent, err); fault != nil {
+			c.s.releaseProbe(probe) // says nothing about the upstream
+			return nil, c.errorf(nil, fault, ""), true
+		}
 	}
 	c.retryable = c.judge(resp, err)
 	return resp, err, false
+}
+
+// requestFault returns the failure of the request itself behind err, the
+// error of an attempt that sent body: its body's reader failed, its body
+// did not match its ContentLength, or the transport refused it as
+// malformed. Such a failure is the caller's: it is not retried, and neither
+// the circuit breaker nor the retry budget counts it.
+func requestFault(body *sentBody, err error) error {
+	if isRequestError(err) {
+		return err
+	}
+	if fault := body.fault(); fault != nil {
+		if errors.Is(err, errors.Unwrap(fault)) {
+			return err // the transport returned the reader's error itself
+		}
+		return fmt.Errorf("%w (%v)", fault, err)
+	}
+	return nil
 }
 
 // judge tells the circuit breaker and the retry budget how an attempt went,
@@ -345,19 +402,9 @@ func (c *call) judge(resp *http.Response, err error) (retryable bool) {
 	return retryable
 }
 
-// abandon handles an attempt whose outcome says nothing about the upstream
-// (the caller gave up, or the total timeout passed). It is not counted, but
-// a half-open probe must be resolved, and is, as a failure: the circuit stays
-// open until a probe succeeds.
-func (c *call) abandon(probe bool, err error) {
-	if probe {
-		c.s.failures.record(nil, fmt.Errorf("half-open probe abandoned: %w", err))
-		c.s.breaker.RecordFailure()
-	}
-}
-
+// rejected is the error of a call the circuit refused, for reason.
 func (c *call) rejected(reason error) error {
-	c.emit(Event{Kind: EventCircuitRejected, Err: reason})
+	c.emit(Event{Kind: EventCircuitRejected, Attempt: c.attempts + 1, Err: reason})
 	detail := ""
 	if c.s.breaker != nil && !c.h.isolated.Load() {
 		if d := c.s.breaker.RemainingDelay(); d > 0 {
@@ -457,6 +504,10 @@ func (c *call) Read(p []byte) (int, error) {
 		if err != io.EOF {
 			err = c.bodyError(err)
 		}
+		// Close before finish releases the attempt's context: an HTTP/2
+		// body closed after its context is done leaves its stream, and so
+		// its connection, busy for good.
+		c.closeBody()
 		c.finish()
 	}
 	return n, err
@@ -464,9 +515,17 @@ func (c *call) Read(p []byte) (int, error) {
 
 // Close closes the response body and ends the call.
 func (c *call) Close() error {
-	err := c.rc.Close()
+	err := c.closeBody()
 	c.finish()
 	return err
+}
+
+// closeBody closes the returned response's body once.
+func (c *call) closeBody() error {
+	if c.rcClosed.Swap(true) {
+		return nil
+	}
+	return c.rc.Close()
 }
 
 func (c *call) bodyError(err error) error {
