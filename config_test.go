@@ -406,3 +406,37 @@ func TestLoadConfigSizeLimit(t *testing.T) {
 	assert.Contains(t, err.Error(), "larger than 1 MiB")
 	assert.LessOrEqual(t, len(doc)+huge.read, maxConfigSize+1+bytes.MinRead, "reading stops at the limit")
 }
+
+// Methods widens the set and ExcludeMethods narrows it, across layers: the
+// defaults retry PUT and DELETE, one upstream excludes DELETE.
+func TestLoadConfigExcludeMethodsNarrowsDefaults(t *testing.T) {
+	cfg, err := LoadConfig(strings.NewReader(`{
+	  "defaults": {"retry": {"methods": ["PUT", "DELETE"], "maxRetries": 2, "delay": "1ms", "noJitter": true}},
+	  "upstreams": {
+	    "orders": {"retry": {"excludeMethods": ["DELETE"]}},
+	    "carts": {}
+	  }
+	}`))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		upstream, method string
+		requests         int64
+	}{
+		{"orders", http.MethodDelete, 1},
+		{"orders", http.MethodPut, 3},
+		{"orders", http.MethodGet, 3},
+		{"carts", http.MethodDelete, 3},
+	} {
+		t.Run(tc.upstream+" "+tc.method, func(t *testing.T) {
+			up := newTestUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			})
+			c := newTestClient(t, cfg.Upstreams[tc.upstream])
+			resp, err := c.Do(newTestRequest(t, t.Context(), tc.method, up.URL(), nil))
+			require.NoError(t, err)
+			readBody(t, resp)
+			assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+			assert.Equal(t, tc.requests, up.requests.Load())
+		})
+	}
+}
