@@ -42,10 +42,28 @@ type Config struct {
 //
 // Every upstream is validated as NewHandler would; Config.Handlers builds
 // them.
+//
+// A zero written in the file is meant, never read as "the default": omit a
+// field for its default. Where Options can say what the zero says, it is
+// honoured: retry.maxRetries 0 turns retries off, as retry.disabled does;
+// circuitBreaker.minimumThroughput 0 judges the failure ratio from the first
+// attempt (it becomes 1); rateLimit.maxQueue, rateLimit.requestsPerSecond,
+// rateLimit.burst and retry.maxRetryAfter keep their zero, which is their
+// default (no queue, no rate limit, no burst, no cap). Every other zero is an
+// error where it is written, in an upstream or in the defaults, that says how
+// to write what was probably meant, such as
+//
+//	resilience: config: upstreams.pricing.totalTimeout: "0s" is not allowed here; omit the field for the default (30s) or write a negative duration such as "-1s" to disable the total timeout
+//
+// The input is one JSON object of at most 1 MiB; anything after the object
+// but white space is an error.
 func LoadConfig(r io.Reader) (Config, error) {
-	data, err := io.ReadAll(r)
+	data, err := io.ReadAll(io.LimitReader(r, maxConfigSize+1))
 	if err != nil {
 		return Config{}, fmt.Errorf("resilience: config: %w", err)
+	}
+	if len(data) > maxConfigSize {
+		return Config{}, configErr("", "the configuration is larger than 1 MiB (%d bytes), the most LoadConfig reads", maxConfigSize)
 	}
 	var top map[string]json.RawMessage
 	if err := strictUnmarshal(data, &top); err != nil {
@@ -71,14 +89,18 @@ func LoadConfig(r io.Reader) (Config, error) {
 		if name == "" {
 			return Config{}, configErr(path, "an upstream needs a name")
 		}
-		var o Options
+		var f fileOptions
 		if raw, ok := top["defaults"]; ok {
-			if err := optionFields.decode(&o, raw, "defaults"); err != nil {
+			if err := optionFields.decode(&f, raw, "defaults"); err != nil {
 				return Config{}, err
 			}
 		}
-		if err := optionFields.decode(&o, upstreams[name], path); err != nil {
+		if err := optionFields.decode(&f, upstreams[name], path); err != nil {
 			return Config{}, err
+		}
+		o := f.Options
+		if f.noRetries {
+			o.Retry.Disabled = true
 		}
 		o.Name = name
 		if _, err := resolve(o); err != nil {
@@ -92,6 +114,21 @@ func LoadConfig(r io.Reader) (Config, error) {
 		cfg.Upstreams[name] = o
 	}
 	return cfg, nil
+}
+
+// maxConfigSize is the most LoadConfig reads: a configuration of named
+// upstreams is a few KiB, and a larger input is a mistake, not a file.
+const maxConfigSize = 1 << 20
+
+// fileOptions is the Options a file builds, layer by layer: the defaults,
+// then the upstream.
+type fileOptions struct {
+	Options
+
+	// noRetries is set when the last layer to write retry.maxRetries wrote
+	// 0, which means no retries: Retry.Disabled once every layer is read.
+	// An upstream's maxRetries 2 thus overrides the defaults' 0.
+	noRetries bool
 }
 
 func configErr(path, format string, args ...any) error {
@@ -119,14 +156,18 @@ func jsonPath(field string) string {
 
 var errTrailingData = errors.New("unexpected data after the JSON object")
 
+// strictUnmarshal decodes the one JSON value data holds. Anything after it
+// but JSON white space is an error, a stray "}" or "]" included (which
+// json.Decoder.More does not report).
 func strictUnmarshal(data []byte, v any) error {
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
 	if err := d.Decode(v); err != nil {
 		return err
 	}
-	if d.More() {
-		return errTrailingData
+	if rest := bytes.TrimLeft(data[d.InputOffset():], " \t\r\n"); len(rest) > 0 {
+		// Counted from 1, as json.SyntaxError's offsets are.
+		return fmt.Errorf("%w at byte %d: %q", errTrailingData, len(data)-len(rest)+1, rest[:min(len(rest), 16)])
 	}
 	return nil
 }
@@ -188,7 +229,35 @@ func brief(raw json.RawMessage) string {
 
 // Setters for one field of a given type.
 
-func durationField[T any](field func(*T) *time.Duration) func(*T, json.RawMessage, string) error {
+// A zeroRule says what a zero written in a file means for a numeric field.
+// In Options a zero field takes its default, but in a file a written zero is
+// a deliberate value: either the field's default is zero anyway (keepZero),
+// or the zero is rejected with a hint saying how to write what was probably
+// meant (rejectZero). Fields whose zero means something else (maxRetries,
+// minimumThroughput) keep it and translate it in their own setters.
+type zeroRule struct {
+	def string // the field's default, as the error names it; empty: keep the zero
+	or  string // another way to say what the zero probably meant, if any
+}
+
+var keepZero = zeroRule{}
+
+func rejectZero(def any, or string) zeroRule {
+	return zeroRule{def: fmt.Sprint(def), or: or}
+}
+
+func (z zeroRule) check(path string, raw json.RawMessage) error {
+	if z.def == "" {
+		return nil
+	}
+	msg := fmt.Sprintf("%s is not allowed here; omit the field for the default (%s)", brief(raw), z.def)
+	if z.or != "" {
+		msg += " or " + z.or
+	}
+	return configErr(path, "%s", msg)
+}
+
+func durationField[T any](field func(*T) *time.Duration, zero zeroRule) func(*T, json.RawMessage, string) error {
 	return func(v *T, raw json.RawMessage, path string) error {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
@@ -198,12 +267,17 @@ func durationField[T any](field func(*T) *time.Duration) func(*T, json.RawMessag
 		if err != nil {
 			return configErr(path, "invalid duration %q", s)
 		}
+		if d == 0 {
+			if err := zero.check(path, raw); err != nil {
+				return err
+			}
+		}
 		*field(v) = d
 		return nil
 	}
 }
 
-func intField[T any, N int | int64](field func(*T) *N) func(*T, json.RawMessage, string) error {
+func intField[T any, N int | int64](field func(*T) *N, zero zeroRule) func(*T, json.RawMessage, string) error {
 	return func(v *T, raw json.RawMessage, path string) error {
 		var n json.Number
 		if err := json.Unmarshal(raw, &n); err != nil || raw[0] == '"' {
@@ -213,12 +287,17 @@ func intField[T any, N int | int64](field func(*T) *N) func(*T, json.RawMessage,
 		if err != nil || int64(N(i)) != i {
 			return configErr(path, "want an integer, got %s", brief(raw))
 		}
+		if i == 0 {
+			if err := zero.check(path, raw); err != nil {
+				return err
+			}
+		}
 		*field(v) = N(i)
 		return nil
 	}
 }
 
-func floatField[T any](field func(*T) *float64) func(*T, json.RawMessage, string) error {
+func floatField[T any](field func(*T) *float64, zero zeroRule) func(*T, json.RawMessage, string) error {
 	return func(v *T, raw json.RawMessage, path string) error {
 		var n json.Number
 		if err := json.Unmarshal(raw, &n); err != nil || raw[0] == '"' {
@@ -227,6 +306,12 @@ func floatField[T any](field func(*T) *float64) func(*T, json.RawMessage, string
 		f, err := n.Float64()
 		if err != nil || math.IsInf(f, 0) {
 			return configErr(path, "want a number, got %s", brief(raw))
+		}
+		if f == 0 {
+			if err := zero.check(path, raw); err != nil {
+				return err
+			}
+			f = 0 // not -0
 		}
 		*field(v) = f
 		return nil
@@ -260,32 +345,45 @@ func objectField[T, F any](fs fieldSet[F], field func(*T) *F) func(*T, json.RawM
 }
 
 var rateLimitFields = fieldSet[RateLimitOptions]{
-	"disabled":          boolField(func(o *RateLimitOptions) *bool { return &o.Disabled }),
-	"maxConcurrent":     intField(func(o *RateLimitOptions) *int { return &o.MaxConcurrent }),
-	"maxQueue":          intField(func(o *RateLimitOptions) *int { return &o.MaxQueue }),
-	"requestsPerSecond": floatField(func(o *RateLimitOptions) *float64 { return &o.RequestsPerSecond }),
-	"burst":             intField(func(o *RateLimitOptions) *int { return &o.Burst }),
+	"disabled": boolField(func(o *RateLimitOptions) *bool { return &o.Disabled }),
+	"maxConcurrent": intField(func(o *RateLimitOptions) *int { return &o.MaxConcurrent },
+		rejectZero(DefaultMaxConcurrent, "set rateLimit.disabled to turn admission control off")),
+	"maxQueue":          intField(func(o *RateLimitOptions) *int { return &o.MaxQueue }, keepZero),
+	"requestsPerSecond": floatField(func(o *RateLimitOptions) *float64 { return &o.RequestsPerSecond }, keepZero),
+	"burst":             intField(func(o *RateLimitOptions) *int { return &o.Burst }, keepZero),
 }
 
-var retryFields = fieldSet[RetryOptions]{
-	"disabled":         boolField(func(o *RetryOptions) *bool { return &o.Disabled }),
-	"maxRetries":       intField(func(o *RetryOptions) *int { return &o.MaxRetries }),
-	"delay":            durationField(func(o *RetryOptions) *time.Duration { return &o.Delay }),
-	"maxDelay":         durationField(func(o *RetryOptions) *time.Duration { return &o.MaxDelay }),
+// retryFields decode into the whole fileOptions, for maxRetries' sake.
+var retryFields = fieldSet[fileOptions]{
+	"disabled":   boolField(func(o *fileOptions) *bool { return &o.Retry.Disabled }),
+	"maxRetries": maxRetriesField,
+	"delay": durationField(func(o *fileOptions) *time.Duration { return &o.Retry.Delay },
+		rejectZero(DefaultRetryDelay, `write a short duration such as "10ms" to retry sooner`)),
+	"maxDelay": durationField(func(o *fileOptions) *time.Duration { return &o.Retry.MaxDelay },
+		rejectZero(fmt.Sprintf("%v, or retry.delay when that is longer", DefaultMaxRetryDelay), "")),
 	"backoff":          backoffField,
-	"noJitter":         boolField(func(o *RetryOptions) *bool { return &o.NoJitter }),
-	"methods":          stringsField(func(o *RetryOptions) *[]string { return &o.Methods }),
-	"excludeMethods":   stringsField(func(o *RetryOptions) *[]string { return &o.ExcludeMethods }),
-	"ignoreRetryAfter": boolField(func(o *RetryOptions) *bool { return &o.IgnoreRetryAfter }),
-	"maxRetryAfter":    durationField(func(o *RetryOptions) *time.Duration { return &o.MaxRetryAfter }),
+	"noJitter":         boolField(func(o *fileOptions) *bool { return &o.Retry.NoJitter }),
+	"methods":          stringsField(func(o *fileOptions) *[]string { return &o.Retry.Methods }),
+	"excludeMethods":   stringsField(func(o *fileOptions) *[]string { return &o.Retry.ExcludeMethods }),
+	"ignoreRetryAfter": boolField(func(o *fileOptions) *bool { return &o.Retry.IgnoreRetryAfter }),
+	"maxRetryAfter":    durationField(func(o *fileOptions) *time.Duration { return &o.Retry.MaxRetryAfter }, keepZero),
 }
 
-func backoffField(o *RetryOptions, raw json.RawMessage, path string) error {
+// maxRetriesField reads retry.maxRetries, where a written 0 means no retries.
+func maxRetriesField(o *fileOptions, raw json.RawMessage, path string) error {
+	if err := intField(func(o *fileOptions) *int { return &o.Retry.MaxRetries }, keepZero)(o, raw, path); err != nil {
+		return err
+	}
+	o.noRetries = o.Retry.MaxRetries == 0
+	return nil
+}
+
+func backoffField(o *fileOptions, raw json.RawMessage, path string) error {
 	var s string
 	_ = json.Unmarshal(raw, &s)
 	for _, b := range []BackoffType{BackoffExponential, BackoffLinear, BackoffConstant} {
 		if s == b.String() {
-			o.Backoff = b
+			o.Retry.Backoff = b
 			return nil
 		}
 	}
@@ -293,45 +391,70 @@ func backoffField(o *RetryOptions, raw json.RawMessage, path string) error {
 }
 
 var circuitBreakerFields = fieldSet[CircuitBreakerOptions]{
-	"disabled":          boolField(func(o *CircuitBreakerOptions) *bool { return &o.Disabled }),
-	"failureRatio":      floatField(func(o *CircuitBreakerOptions) *float64 { return &o.FailureRatio }),
-	"minimumThroughput": intField(func(o *CircuitBreakerOptions) *int { return &o.MinimumThroughput }),
-	"samplingDuration":  durationField(func(o *CircuitBreakerOptions) *time.Duration { return &o.SamplingDuration }),
-	"breakDuration":     durationField(func(o *CircuitBreakerOptions) *time.Duration { return &o.BreakDuration }),
+	"disabled": boolField(func(o *CircuitBreakerOptions) *bool { return &o.Disabled }),
+	"failureRatio": floatField(func(o *CircuitBreakerOptions) *float64 { return &o.FailureRatio },
+		rejectZero(DefaultFailureRatio, "set circuitBreaker.disabled to turn the circuit breaker off")),
+	"minimumThroughput": minimumThroughputField,
+	"samplingDuration": durationField(func(o *CircuitBreakerOptions) *time.Duration { return &o.SamplingDuration },
+		rejectZero(fmt.Sprintf("%v, or twice attemptTimeout when that is longer", DefaultSamplingDuration), "")),
+	"breakDuration": durationField(func(o *CircuitBreakerOptions) *time.Duration { return &o.BreakDuration },
+		rejectZero(DefaultBreakDuration, "set circuitBreaker.disabled to turn the circuit breaker off")),
+}
+
+// minimumThroughputField reads circuitBreaker.minimumThroughput, where a
+// written 0 means no minimum: the ratio counts from the first attempt, as 1
+// says in Options.
+func minimumThroughputField(o *CircuitBreakerOptions, raw json.RawMessage, path string) error {
+	if err := intField(func(o *CircuitBreakerOptions) *int { return &o.MinimumThroughput }, keepZero)(o, raw, path); err != nil {
+		return err
+	}
+	if o.MinimumThroughput == 0 {
+		o.MinimumThroughput = 1
+	}
+	return nil
 }
 
 var retryBudgetFields = fieldSet[RetryBudgetOptions]{
-	"disabled":   boolField(func(o *RetryBudgetOptions) *bool { return &o.Disabled }),
-	"maxTokens":  floatField(func(o *RetryBudgetOptions) *float64 { return &o.MaxTokens }),
-	"tokenRatio": floatField(func(o *RetryBudgetOptions) *float64 { return &o.TokenRatio }),
+	"disabled": boolField(func(o *RetryBudgetOptions) *bool { return &o.Disabled }),
+	"maxTokens": floatField(func(o *RetryBudgetOptions) *float64 { return &o.MaxTokens },
+		rejectZero(DefaultBudgetTokens, "set retryBudget.disabled to turn the retry budget off")),
+	"tokenRatio": floatField(func(o *RetryBudgetOptions) *float64 { return &o.TokenRatio },
+		rejectZero(DefaultBudgetTokenRatio, "set retryBudget.disabled to turn the retry budget off")),
 }
 
 var hedgingFields = fieldSet[HedgingOptions]{
-	"enabled":   boolField(func(o *HedgingOptions) *bool { return &o.Enabled }),
-	"maxHedges": intField(func(o *HedgingOptions) *int { return &o.MaxHedges }),
-	"delay":     durationField(func(o *HedgingOptions) *time.Duration { return &o.Delay }),
+	"enabled": boolField(func(o *HedgingOptions) *bool { return &o.Enabled }),
+	"maxHedges": intField(func(o *HedgingOptions) *int { return &o.MaxHedges },
+		rejectZero(DefaultMaxHedges, "leave hedging.enabled false to send no hedges")),
+	"delay": durationField(func(o *HedgingOptions) *time.Duration { return &o.Delay },
+		rejectZero(DefaultHedgingDelay, `write a short duration such as "10ms" to hedge sooner`)),
 }
 
 var perHostFields = fieldSet[PerHostOptions]{
-	"enabled":     boolField(func(o *PerHostOptions) *bool { return &o.Enabled }),
-	"maxHosts":    intField(func(o *PerHostOptions) *int { return &o.MaxHosts }),
-	"idleTimeout": durationField(func(o *PerHostOptions) *time.Duration { return &o.IdleTimeout }),
+	"enabled": boolField(func(o *PerHostOptions) *bool { return &o.Enabled }),
+	"maxHosts": intField(func(o *PerHostOptions) *int { return &o.MaxHosts },
+		rejectZero(DefaultMaxHosts, "leave perHost.enabled false to share one circuit and one set of limits")),
+	"idleTimeout": durationField(func(o *PerHostOptions) *time.Duration { return &o.IdleTimeout },
+		rejectZero(DefaultHostIdleTimeout, "")),
 }
 
-var optionFields = fieldSet[Options]{
-	"totalTimeout":    durationField(func(o *Options) *time.Duration { return &o.TotalTimeout }),
-	"attemptTimeout":  durationField(func(o *Options) *time.Duration { return &o.AttemptTimeout }),
-	"maxBufferedBody": intField(func(o *Options) *int64 { return &o.MaxBufferedBody }),
-	"rateLimit":       objectField(rateLimitFields, func(o *Options) *RateLimitOptions { return &o.RateLimit }),
-	"retry":           objectField(retryFields, func(o *Options) *RetryOptions { return &o.Retry }),
-	"circuitBreaker":  objectField(circuitBreakerFields, func(o *Options) *CircuitBreakerOptions { return &o.CircuitBreaker }),
-	"perHost":         objectField(perHostFields, func(o *Options) *PerHostOptions { return &o.PerHost }),
-	"retryBudget":     objectField(retryBudgetFields, func(o *Options) *RetryBudgetOptions { return &o.RetryBudget }),
-	"hedging":         objectField(hedgingFields, func(o *Options) *HedgingOptions { return &o.Hedging }),
-	"logLevels":       logLevelsField,
+var optionFields = fieldSet[fileOptions]{
+	"totalTimeout": durationField(func(o *fileOptions) *time.Duration { return &o.TotalTimeout },
+		rejectZero(DefaultTotalTimeout, `write a negative duration such as "-1s" to disable the total timeout`)),
+	"attemptTimeout": durationField(func(o *fileOptions) *time.Duration { return &o.AttemptTimeout },
+		rejectZero(DefaultAttemptTimeout, `write a negative duration such as "-1s" to disable the attempt timeout`)),
+	"maxBufferedBody": intField(func(o *fileOptions) *int64 { return &o.MaxBufferedBody },
+		rejectZero(fmt.Sprintf("%d bytes", DefaultMaxBufferedBody), "write a negative number such as -1 to never buffer request bodies")),
+	"rateLimit":      objectField(rateLimitFields, func(o *fileOptions) *RateLimitOptions { return &o.RateLimit }),
+	"retry":          objectField(retryFields, func(o *fileOptions) *fileOptions { return o }),
+	"circuitBreaker": objectField(circuitBreakerFields, func(o *fileOptions) *CircuitBreakerOptions { return &o.CircuitBreaker }),
+	"perHost":        objectField(perHostFields, func(o *fileOptions) *PerHostOptions { return &o.PerHost }),
+	"retryBudget":    objectField(retryBudgetFields, func(o *fileOptions) *RetryBudgetOptions { return &o.RetryBudget }),
+	"hedging":        objectField(hedgingFields, func(o *fileOptions) *HedgingOptions { return &o.Hedging }),
+	"logLevels":      logLevelsField,
 }
 
-func logLevelsField(o *Options, raw json.RawMessage, path string) error {
+func logLevelsField(o *fileOptions, raw json.RawMessage, path string) error {
 	var m map[string]string
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return configErr(path, "want an object of event kinds to levels, such as {\"retry\": \"INFO\"}, got %s", brief(raw))

@@ -1,6 +1,8 @@
 package resilience
 
 import (
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -172,4 +174,268 @@ func FuzzLoadConfig(f *testing.F) {
 			t.Fatalf("LoadConfig accepted a configuration that does not build: %v", err)
 		}
 	})
+}
+
+// A zero written in a file is a deliberate value, never "the default": it is
+// honoured where Options can say what it says, and rejected, with the field's
+// path and the way to say what was meant, where it cannot. The rule applies
+// where the zero is written, in an upstream or in the defaults it inherits.
+func TestLoadConfigWrittenZero(t *testing.T) {
+	type zeroCase struct {
+		field   string // path below the upstream or the defaults
+		zero    string // the zero as written
+		nonzero string // a valid value, for the defaults under an upstream's zero
+		want    string // the error's hint after "omit the field for the default", or "" when the zero is honoured
+		check   func(t *testing.T, o Options)
+	}
+	cases := []zeroCase{
+		{"totalTimeout", `"0s"`, `"10s"`, ` (30s) or write a negative duration such as "-1s" to disable the total timeout`, nil},
+		{"attemptTimeout", `"0s"`, `"2s"`, ` (10s) or write a negative duration such as "-1s" to disable the attempt timeout`, nil},
+		{"maxBufferedBody", `0`, `1024`, ` (1048576 bytes) or write a negative number such as -1 to never buffer request bodies`, nil},
+
+		{"rateLimit.maxConcurrent", `0`, `10`, ` (1000) or set rateLimit.disabled to turn admission control off`, nil},
+		{"rateLimit.maxQueue", `0`, `20`, "", func(t *testing.T, o Options) {
+			assert.Zero(t, o.RateLimit.MaxQueue, "no queue")
+		}},
+		{"rateLimit.requestsPerSecond", `0`, `10`, "", func(t *testing.T, o Options) {
+			assert.Zero(t, o.RateLimit.RequestsPerSecond, "no rate limit")
+		}},
+		{"rateLimit.burst", `0`, `5`, "", func(t *testing.T, o Options) {
+			assert.Zero(t, o.RateLimit.Burst, "calls spaced evenly")
+		}},
+
+		{"retry.maxRetries", `0`, `2`, "", func(t *testing.T, o Options) {
+			assert.True(t, o.Retry.Disabled, "no retries")
+		}},
+		{"retry.delay", `"0s"`, `"200ms"`, ` (2s) or write a short duration such as "10ms" to retry sooner`, nil},
+		{"retry.maxDelay", `"0s"`, `"2s"`, ` (30s, or retry.delay when that is longer)`, nil},
+		{"retry.maxRetryAfter", `"0s"`, `"5s"`, "", func(t *testing.T, o Options) {
+			assert.Zero(t, o.Retry.MaxRetryAfter, "no cap but the total timeout")
+		}},
+
+		{"circuitBreaker.failureRatio", `0`, `0.5`, ` (0.1) or set circuitBreaker.disabled to turn the circuit breaker off`, nil},
+		{"circuitBreaker.minimumThroughput", `0`, `20`, "", func(t *testing.T, o Options) {
+			assert.Equal(t, 1, o.CircuitBreaker.MinimumThroughput, "no minimum: the ratio counts from the first attempt")
+		}},
+		{"circuitBreaker.samplingDuration", `"0s"`, `"30s"`, ` (30s, or twice attemptTimeout when that is longer)`, nil},
+		{"circuitBreaker.breakDuration", `"0s"`, `"5s"`, ` (5s) or set circuitBreaker.disabled to turn the circuit breaker off`, nil},
+
+		{"retryBudget.maxTokens", `0`, `20`, ` (10) or set retryBudget.disabled to turn the retry budget off`, nil},
+		{"retryBudget.tokenRatio", `0`, `0.5`, ` (0.1) or set retryBudget.disabled to turn the retry budget off`, nil},
+
+		{"hedging.maxHedges", `0`, `2`, ` (1) or leave hedging.enabled false to send no hedges`, nil},
+		{"hedging.delay", `"0s"`, `"1s"`, ` (2s) or write a short duration such as "10ms" to hedge sooner`, nil},
+
+		{"perHost.maxHosts", `0`, `64`, ` (1000) or leave perHost.enabled false to share one circuit and one set of limits`, nil},
+		{"perHost.idleTimeout", `"0s"`, `"10m"`, ` (5m0s)`, nil},
+	}
+
+	// Every numeric field of the configuration is in the table.
+	nonNumeric := map[string]bool{
+		"rateLimit": true, "retry": true, "circuitBreaker": true, "retryBudget": true, "hedging": true, "perHost": true, "logLevels": true,
+		"disabled": true, "enabled": true, "backoff": true, "noJitter": true, "methods": true, "excludeMethods": true, "ignoreRetryAfter": true,
+	}
+	var numeric []string
+	for prefix, keys := range map[string][]string{
+		"":                sortedKeys(optionFields),
+		"rateLimit.":      sortedKeys(rateLimitFields),
+		"retry.":          sortedKeys(retryFields),
+		"circuitBreaker.": sortedKeys(circuitBreakerFields),
+		"retryBudget.":    sortedKeys(retryBudgetFields),
+		"hedging.":        sortedKeys(hedgingFields),
+		"perHost.":        sortedKeys(perHostFields),
+	} {
+		for _, k := range keys {
+			if !nonNumeric[k] {
+				numeric = append(numeric, prefix+k)
+			}
+		}
+	}
+	var covered []string
+	for _, tc := range cases {
+		covered = append(covered, tc.field)
+	}
+	require.ElementsMatch(t, numeric, covered, "every numeric field has a case")
+
+	// nest writes {"a": {"b": value}} for the path "a.b".
+	nest := func(path, value string) string {
+		parts := strings.Split(path, ".")
+		s := value
+		for i := len(parts) - 1; i >= 0; i-- {
+			s = `{"` + parts[i] + `": ` + s + `}`
+		}
+		return s
+	}
+	for _, tc := range cases {
+		t.Run(tc.field, func(t *testing.T) {
+			for _, layout := range []struct {
+				where, json string
+			}{
+				{"upstreams.a." + tc.field, `{"upstreams": {"a": ` + nest(tc.field, tc.zero) + `}}`},
+				{"upstreams.a." + tc.field, `{"defaults": ` + nest(tc.field, tc.nonzero) + `, "upstreams": {"a": ` + nest(tc.field, tc.zero) + `}}`},
+				{"defaults." + tc.field, `{"defaults": ` + nest(tc.field, tc.zero) + `, "upstreams": {"a": {}}}`},
+			} {
+				cfg, err := LoadConfig(strings.NewReader(layout.json))
+				if tc.want == "" {
+					require.NoError(t, err, layout.json)
+					tc.check(t, cfg.Upstreams["a"])
+					_, err = cfg.Handlers(nil)
+					require.NoError(t, err, "%s builds", layout.json)
+					continue
+				}
+				require.Error(t, err, layout.json)
+				assert.Equal(t, "resilience: config: "+layout.where+": "+tc.zero+
+					" is not allowed here; omit the field for the default"+tc.want, err.Error())
+			}
+		})
+	}
+
+	// Other spellings of zero are zeros too.
+	for _, s := range []string{`"0"`, `"0ms"`, `"-0s"`, `"0h0m0s"`} {
+		_, err := LoadConfig(strings.NewReader(`{"upstreams": {"a": {"totalTimeout": ` + s + `}}}`))
+		require.Error(t, err, s)
+		assert.Contains(t, err.Error(), "upstreams.a.totalTimeout: "+s+" is not allowed here", s)
+	}
+	for _, s := range []string{`-0`, `0e3`, `0.0`} {
+		_, err := LoadConfig(strings.NewReader(`{"upstreams": {"a": {"circuitBreaker": {"failureRatio": ` + s + `}}}}`))
+		require.Error(t, err, s)
+		assert.Contains(t, err.Error(), "upstreams.a.circuitBreaker.failureRatio: "+s+" is not allowed here", s)
+	}
+	_, err := LoadConfig(strings.NewReader(`{"upstreams": {"a": {"rateLimit": {"maxConcurrent": -0}}}}`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "upstreams.a.rateLimit.maxConcurrent: -0 is not allowed here")
+}
+
+// maxRetries 0 is the last word of whichever layer writes it last.
+func TestLoadConfigMaxRetriesLayers(t *testing.T) {
+	for _, tc := range []struct {
+		name, json string
+		disabled   bool
+		retries    int
+	}{
+		{"upstream zero", `{"upstreams": {"a": {"retry": {"maxRetries": 0}}}}`, true, 0},
+		{"defaults zero inherited", `{"defaults": {"retry": {"maxRetries": 0}}, "upstreams": {"a": {}}}`, true, 0},
+		{"defaults zero overridden", `{"defaults": {"retry": {"maxRetries": 0}}, "upstreams": {"a": {"retry": {"maxRetries": 2}}}}`, false, 2},
+		{"defaults two, upstream zero", `{"defaults": {"retry": {"maxRetries": 2}}, "upstreams": {"a": {"retry": {"maxRetries": 0}}}}`, true, 0},
+		{"explicit disabled kept", `{"defaults": {"retry": {"disabled": true}}, "upstreams": {"a": {"retry": {"maxRetries": 2}}}}`, true, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := LoadConfig(strings.NewReader(tc.json))
+			require.NoError(t, err)
+			assert.Equal(t, tc.disabled, cfg.Upstreams["a"].Retry.Disabled)
+			assert.Equal(t, tc.retries, cfg.Upstreams["a"].Retry.MaxRetries)
+		})
+	}
+}
+
+// "maxRetries": 0 in a file means one request, not the default four.
+func TestLoadConfigMaxRetriesZeroSendsOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name, json string
+		requests   int64
+	}{
+		{"upstream", `{"upstreams": {"a": {"retry": {"maxRetries": 0, "delay": "1ms"}}}}`, 1},
+		{"defaults", `{"defaults": {"retry": {"maxRetries": 0, "delay": "1ms"}}, "upstreams": {"a": {}}}`, 1},
+		{"defaults overridden", `{"defaults": {"retry": {"maxRetries": 0, "delay": "1ms"}}, "upstreams": {"a": {"retry": {"maxRetries": 2}}}}`, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newTestUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			})
+			cfg, err := LoadConfig(strings.NewReader(tc.json))
+			require.NoError(t, err)
+			c := newTestClient(t, cfg.Upstreams["a"])
+			resp, err := c.getBounded(t, up.URL())
+			require.NoError(t, err)
+			readBody(t, resp)
+			assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+			assert.Equal(t, tc.requests, up.requests.Load())
+		})
+	}
+}
+
+// Nothing but white space may follow the document: not even a closing
+// delimiter, which json.Decoder.More does not see.
+func TestLoadConfigTrailingData(t *testing.T) {
+	const doc = `{"upstreams": {"a": {}}}`
+	for _, tail := range []string{"}", "]", " }", "\n]\n", "x", "{}", `{"upstreams": {"b": {}}}`, "0", `"s"`, ",", ":", "null", "\x00", "/* */"} {
+		_, err := LoadConfig(strings.NewReader(doc + tail))
+		stray := strings.TrimLeft(tail, " \n")
+		at := len(doc) + len(tail) - len(stray) + 1 // counted from 1
+		stray = stray[:min(len(stray), 16)]         // the error quotes the start of it
+		if assert.Error(t, err, "%q", tail) {
+			assert.Equal(t, fmt.Sprintf("resilience: config: unexpected data after the JSON object at byte %d: %q", at, stray), err.Error())
+		}
+	}
+	for _, tail := range []string{"", " ", "\n", "\r\n\t  \n"} {
+		_, err := LoadConfig(strings.NewReader(doc + tail))
+		assert.NoError(t, err, "%q", tail)
+	}
+}
+
+// testSpaces is a reader of n spaces that counts what is read from it.
+type testSpaces struct{ n, read int }
+
+func (s *testSpaces) Read(p []byte) (int, error) {
+	if s.read >= s.n {
+		return 0, io.EOF
+	}
+	k := min(len(p), s.n-s.read)
+	for i := range p[:k] {
+		p[i] = ' '
+	}
+	s.read += k
+	return k, nil
+}
+
+// LoadConfig reads at most 1 MiB, and says so when the input is longer.
+func TestLoadConfigSizeLimit(t *testing.T) {
+	const doc = `{"upstreams": {"a": {}}}`
+	atLimit := &testSpaces{n: maxConfigSize - len(doc)}
+	_, err := LoadConfig(io.MultiReader(strings.NewReader(doc), atLimit))
+	require.NoError(t, err, "exactly 1 MiB loads")
+
+	over := &testSpaces{n: maxConfigSize - len(doc) + 1}
+	_, err = LoadConfig(io.MultiReader(strings.NewReader(doc), over))
+	require.EqualError(t, err, "resilience: config: the configuration is larger than 1 MiB (1048576 bytes), the most LoadConfig reads")
+
+	huge := &testSpaces{n: 16 << 20}
+	_, err = LoadConfig(io.MultiReader(strings.NewReader(doc), huge))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "larger than 1 MiB")
+	assert.Equal(t, maxConfigSize+1, len(doc)+huge.read, "reading stops one byte past the limit")
+}
+
+// Methods widens the set and ExcludeMethods narrows it, across layers: the
+// defaults retry PUT and DELETE, one upstream excludes DELETE.
+func TestLoadConfigExcludeMethodsNarrowsDefaults(t *testing.T) {
+	cfg, err := LoadConfig(strings.NewReader(`{
+	  "defaults": {"retry": {"methods": ["PUT", "DELETE"], "maxRetries": 2, "delay": "1ms", "noJitter": true}},
+	  "upstreams": {
+	    "orders": {"retry": {"excludeMethods": ["DELETE"]}},
+	    "carts": {}
+	  }
+	}`))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		upstream, method string
+		requests         int64
+	}{
+		{"orders", http.MethodDelete, 1},
+		{"orders", http.MethodPut, 3},
+		{"orders", http.MethodGet, 3},
+		{"carts", http.MethodDelete, 3},
+	} {
+		t.Run(tc.upstream+" "+tc.method, func(t *testing.T) {
+			up := newTestUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			})
+			c := newTestClient(t, cfg.Upstreams[tc.upstream])
+			resp, err := c.Do(newTestRequest(t, t.Context(), tc.method, up.URL(), nil))
+			require.NoError(t, err)
+			readBody(t, resp)
+			assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+			assert.Equal(t, tc.requests, up.requests.Load())
+		})
+	}
 }

@@ -20,28 +20,25 @@ type methodError struct {
 	field, value, reason string
 }
 
+// newMethodSet returns safe, widened by include, then narrowed by exclude:
+// a method in both include and exclude is excluded. That is what layered
+// configuration needs, where the defaults widen the set and one upstream
+// narrows it again.
 func newMethodSet(safe, include, exclude []string) (methodSet, *methodError) {
 	s := make(methodSet, len(safe)+len(include))
 	for _, m := range safe {
 		s[m] = struct{}{}
 	}
-	excluded := make(map[string]bool, len(exclude))
-	for i, m := range exclude {
-		if err := checkMethod("Retry.ExcludeMethods", i, m); err != nil {
-			return nil, err
-		}
-		excluded[m] = true
-	}
 	for i, m := range include {
 		if err := checkMethod("Retry.Methods", i, m); err != nil {
 			return nil, err
 		}
-		if excluded[m] {
-			return nil, &methodError{field: "Retry.Methods", value: m, reason: "is also in Retry.ExcludeMethods"}
-		}
 		s[m] = struct{}{}
 	}
-	for m := range excluded {
+	for i, m := range exclude {
+		if err := checkMethod("Retry.ExcludeMethods", i, m); err != nil {
+			return nil, err
+		}
 		delete(s, m)
 	}
 	return s, nil

@@ -188,7 +188,8 @@ type RetryOptions struct {
 	// WithRetryable overrides it for one request.
 	Methods []string
 
-	// ExcludeMethods removes methods from the set, GET included.
+	// ExcludeMethods removes methods from the set, GET included. It is
+	// applied after Methods: a method in both is not retried.
 	ExcludeMethods []string
 
 	// IgnoreRetryAfter makes the retry layer ignore the Retry-After header

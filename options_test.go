@@ -50,7 +50,6 @@ func TestOptionsInvalid(t *testing.T) {
 		{"excluded method not a token", Options{Retry: RetryOptions{ExcludeMethods: []string{"GE T"}}}, "Retry.ExcludeMethods[0]", ""},
 		{"lower-case method", Options{Retry: RetryOptions{Methods: []string{"post"}}}, "Retry.Methods[0]", "POST"},
 		{"lower-case excluded method", Options{Retry: RetryOptions{ExcludeMethods: []string{"get"}}}, "Retry.ExcludeMethods[0]", "GET"},
-		{"method both included and excluded", Options{Retry: RetryOptions{Methods: []string{"PUT"}, ExcludeMethods: []string{"PUT"}}}, "Retry.Methods", "Retry.ExcludeMethods"},
 		{"Backoff above range", Options{Retry: RetryOptions{Backoff: BackoffConstant + 1}}, "Retry.Backoff", ""},
 		{"Backoff below range", Options{Retry: RetryOptions{Backoff: -1}}, "Retry.Backoff", ""},
 	}
@@ -194,6 +193,29 @@ func TestOptionsDefaultsFillOnlyZeroFields(t *testing.T) {
 	assert.Equal(t, time.Minute, cfg.Retry.MaxDelay, "MaxDelay defaults to Delay when Delay is above 30s")
 	assert.True(t, cfg.methods.allows("PURGE"))
 	assert.False(t, cfg.methods.allows(http.MethodGet))
+}
+
+// Methods widens the set, ExcludeMethods narrows it: a method in both is
+// excluded, with no error.
+func TestOptionsExcludeMethodsNarrowsMethods(t *testing.T) {
+	cfg, err := resolve(Options{Retry: RetryOptions{
+		Methods:        []string{http.MethodPut, http.MethodDelete},
+		ExcludeMethods: []string{http.MethodDelete, http.MethodGet},
+	}})
+	require.NoError(t, err)
+	assert.True(t, cfg.methods.allows(http.MethodPut))
+	assert.False(t, cfg.methods.allows(http.MethodDelete), "excluded, though also in Methods")
+	assert.False(t, cfg.methods.allows(http.MethodGet))
+
+	// Hedging's safe methods are narrowed the same way.
+	cfg, err = resolve(Options{
+		Hedging: HedgingOptions{Enabled: true},
+		Retry:   RetryOptions{Methods: []string{http.MethodHead}, ExcludeMethods: []string{http.MethodHead}},
+	})
+	require.NoError(t, err)
+	assert.True(t, cfg.methods.allows(http.MethodGet))
+	assert.True(t, cfg.methods.allows(http.MethodOptions))
+	assert.False(t, cfg.methods.allows(http.MethodHead))
 }
 
 func TestOptionsHandlerName(t *testing.T) {
