@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -14,9 +15,14 @@ import (
 // As with http.Transport, the caller must close the response body, or read
 // it to EOF: the call holds its concurrency permit and its total timeout
 // until then.
+//
+// The zero value is ready to use: &Transport{} is the standard handler
+// (Options{}) over http.DefaultTransport, made on first use. Like
+// http.Transport, a Transport must not be copied after first use.
 type Transport struct {
 	h    *Handler
 	base http.RoundTripper
+	once sync.Once // makes the zero value's handler
 }
 
 // NewTransport returns a Transport with a Handler of its own built from
@@ -44,19 +50,38 @@ func NewHedgingTransport(base http.RoundTripper, opts Options) (*Transport, erro
 }
 
 // Handler returns the Handler whose state the Transport uses.
-func (t *Transport) Handler() *Handler { return t.h }
+func (t *Transport) Handler() *Handler {
+	t.init()
+	return t.h
+}
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.init()
 	return t.h.roundTrip(t.base, req)
 }
 
 // CloseIdleConnections closes the idle connections of the base
 // RoundTripper, if it has such a method.
 func (t *Transport) CloseIdleConnections() {
+	t.init()
 	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
+}
+
+// init makes the zero value the standard handler over
+// http.DefaultTransport. A Transport made by NewTransport or
+// Handler.Transport has both already, and pays one atomic load.
+func (t *Transport) init() {
+	t.once.Do(func() {
+		if t.h == nil {
+			t.h, _ = NewHandler(Options{}) // the defaults are valid
+		}
+		if t.base == nil {
+			t.base = http.DefaultTransport
+		}
+	})
 }
 
 // requestBody hands each attempt a fresh copy of the request body.
