@@ -269,3 +269,96 @@ func TestHedgingTransportIsPerHost(t *testing.T) {
 		require.ErrorContains(t, err, "Hedging.")
 	}
 }
+
+// Issue 8, item 14: a hedge the budget refuses is reported once per call,
+// not again at every hedge point the call passes.
+func TestHedgeBudgetRefusalReportedOncePerCall(t *testing.T) {
+	release := make(chan struct{})
+	up := newHedgeUpstream(func(n int64) string { return "hang" })
+	defer up.Close()
+	defer up.unblock()
+	rec := &evRecorder{}
+	h, err := NewHandler(hedgeOptions(rec, 2*time.Millisecond))
+	require.NoError(t, err)
+	h.budget.tokens.Store(0) // an empty budget: every hedge is refused
+	tr := h.Transport(&http.Transport{})
+	defer tr.CloseIdleConnections()
+
+	go func() {
+		// Let the call pass about twenty hedge points, then answer it.
+		for up.hits.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(40 * time.Millisecond)
+		up.unblock()
+		close(release)
+	}()
+	resp, err := hedgeGet(t, tr, http.MethodGet, up.URL, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "late", readBody(t, resp))
+	<-release
+	assert.EqualValues(t, 1, up.hits.Load(), "no hedge was sent")
+	assert.Equal(t, 1, rec.count(EventBudgetExceeded))
+}
+
+// Issue 8, item 14: the winner of a hedged call never waits while a kept
+// failure's body drains: the loser is drained in the background.
+func TestHedgeWinnerDoesNotWaitForLoserDrain(t *testing.T) {
+	stop := make(chan struct{})
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			// A 503 whose body trickles: draining it takes maxDrainTime.
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-stop:
+			}
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	defer close(stop)
+	spy := &closeSpy{base: &http.Transport{}, closed: make(chan struct{})}
+	defer spy.base.CloseIdleConnections()
+	tr, err := NewTransport(spy, hedgeOptions(&evRecorder{}, time.Hour))
+	require.NoError(t, err)
+
+	resp, err := hedgeGet(t, tr, http.MethodGet, srv.URL, nil)
+	require.NoError(t, err)
+	select {
+	case <-spy.closed:
+		assert.Fail(t, "the winner was returned only after the loser's drain had ended")
+	default:
+	}
+	assert.Equal(t, "ok", readBody(t, resp))
+	<-spy.closed // the background drain ends it
+}
+
+// closeSpy is a base RoundTripper that reports when the body of a 503 is
+// closed.
+type closeSpy struct {
+	base   *http.Transport
+	closed chan struct{}
+}
+
+func (s *closeSpy) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := s.base.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusServiceUnavailable {
+		resp.Body = spiedBody{resp.Body, s.closed}
+	}
+	return resp, err
+}
+
+type spiedBody struct {
+	io.ReadCloser
+	closed chan struct{}
+}
+
+func (b spiedBody) Close() error {
+	err := b.ReadCloser.Close()
+	close(b.closed)
+	return err
+}

@@ -1190,3 +1190,95 @@ func TestTransportNestedHandlersRetryInnerErrors(t *testing.T) {
 	var op *net.OpError
 	assert.True(t, errors.As(err, &op), "the refusal stays visible: %v", err)
 }
+
+// Issue 8, item 9: the caller reads an HTTP/2 body to EOF and closes it;
+// the stream is cleaned up, so CloseIdleConnections closes the connection.
+// (Cancelling the attempt's context before the body's Close left the stream
+// open, and the connection busy, in 3 runs of 4 of this test.)
+func TestTransportHTTP2ConnectionIdleAfterBodyEOF(t *testing.T) {
+	var opened, closed atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for i := 0; i < 4; i++ { // several DATA frames, as a real body sends
+			_, _ = io.WriteString(w, strings.Repeat("x", 16<<10))
+			w.(http.Flusher).Flush()
+		}
+	}))
+	srv.EnableHTTP2 = true
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			opened.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			closed.Add(1)
+		}
+	}
+	srv.StartTLS()
+	defer srv.Close()
+
+	for round := 1; round <= 60; round++ {
+		base := srv.Client().Transport.(*http.Transport).Clone()
+		tr, err := NewTransport(base, Options{})
+		require.NoError(t, err)
+		resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
+		require.NoError(t, err)
+		require.Equal(t, 2, resp.ProtoMajor)
+		_, err = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		tr.CloseIdleConnections()
+		require.Eventually(t, func() bool { return closed.Load() == opened.Load() }, 2*time.Second, time.Millisecond,
+			"round %d: the connection stayed open after CloseIdleConnections", round)
+	}
+}
+
+// Issue 8, item 10: the zero Transport is the standard handler over
+// http.DefaultTransport, as net/http's zero values work.
+func TestTransportZeroValue(t *testing.T) {
+	up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		_, _ = io.WriteString(w, "ok")
+	})
+	tr := &Transport{}
+	resp, err := (&http.Client{Transport: tr}).Get(up.URL())
+	require.NoError(t, err)
+	assert.Equal(t, "ok", readBody(t, resp))
+	require.NotNil(t, tr.Handler())
+	assert.Equal(t, DefaultName, tr.Handler().Name())
+	tr.CloseIdleConnections()
+}
+
+// Issue 8, item 14: a caller that has already given up hears so, even when
+// the circuit is isolated, as Polly reports it.
+func TestTransportCancelledCallerFacingIsolatedCircuit(t *testing.T) {
+	h, err := NewHandler(Options{})
+	require.NoError(t, err)
+	h.IsolateCircuit()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = h.Transport(&http.Transport{}).RoundTrip(newTestRequest(t, ctx, http.MethodGet, "http://127.0.0.1:1/", nil))
+	require.ErrorIs(t, err, context.Canceled)
+	assert.NotErrorIs(t, err, ErrCircuitOpen)
+}
+
+// Issue 8, item 14: an attempt the circuit refused was never sent, and the
+// error does not count it.
+func TestTransportErrorCountsOnlyAttemptsSent(t *testing.T) {
+	up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	rec := &evRecorder{measures: true}
+	c := newTestClient(t, Options{
+		Retry:          quickRetry(),
+		CircuitBreaker: CircuitBreakerOptions{FailureRatio: 0.5, MinimumThroughput: 1, SamplingDuration: time.Minute, BreakDuration: time.Minute},
+		OnEvent:        rec.add,
+	})
+	_, err := c.getBounded(t, up.URL())
+	require.ErrorIs(t, err, ErrCircuitOpen, "the first 503 opens the circuit; the retry is refused")
+	assert.NotContains(t, err.Error(), "after 2 attempts")
+	assert.EqualValues(t, 1, c.attempts.n.Load())
+	calls := rec.of(EventCall)
+	require.Len(t, calls, 1)
+	assert.Equal(t, 1, calls[0].Attempt, "one attempt was made")
+	rejected := rec.of(EventCircuitRejected)
+	require.Len(t, rejected, 1)
+	assert.Equal(t, 2, rejected[0].Attempt, "the second attempt was the one refused")
+}
