@@ -23,7 +23,7 @@ type hostState struct {
 	queued   atomic.Int64                       // calls waiting for a bulkhead permit
 	circuit  atomic.Int32                       // CircuitState as the breaker's listeners last saw it
 	failures failureLog
-	lastUsed atomic.Int64 // unix nanoseconds, with PerHost
+	entry    hostEntry // its place in the host table, with PerHost
 }
 
 func newHostState(h *Handler, host string) *hostState {
