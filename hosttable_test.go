@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"sort"
 	"sync"
 	"testing"
@@ -341,4 +342,60 @@ func TestHostTableConcurrentCallsShareState(t *testing.T) {
 	wg.Wait()
 	visit(t, tbl, "http://last.test")
 	assert.Equal(t, []string{"http://last.test"}, tableHosts(tbl), "every other host is idle, and forgotten")
+}
+
+// Known host: the cost every call pays, from get to release.
+func BenchmarkHostTableKnownHost(b *testing.B) {
+	h, err := NewHandler(Options{PerHost: PerHostOptions{Enabled: true}})
+	require.NoError(b, err)
+	tbl := h.hosts
+	u, err := url.Parse("http://a.test/x")
+	require.NoError(b, err)
+	tbl.release(tbl.get(u))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		tbl.release(tbl.get(u))
+	}
+}
+
+// Known hosts, called from every P at once.
+func BenchmarkHostTableKnownHostParallel(b *testing.B) {
+	h, err := NewHandler(Options{PerHost: PerHostOptions{Enabled: true}})
+	require.NoError(b, err)
+	tbl := h.hosts
+	us := make([]*url.URL, 8)
+	for i := range us {
+		us[i], err = url.Parse(fmt.Sprintf("http://h%d.test/x", i))
+		require.NoError(b, err)
+		tbl.release(tbl.get(us[i]))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for i := 0; pb.Next(); i++ {
+			tbl.release(tbl.get(us[i%len(us)]))
+		}
+	})
+}
+
+// A new host meets a full table of 1,000 idle hosts and makes room.
+func BenchmarkHostTableNewHostFull(b *testing.B) {
+	const max = 1000
+	h, err := NewHandler(Options{PerHost: PerHostOptions{Enabled: true, MaxHosts: max, IdleTimeout: time.Hour}})
+	require.NoError(b, err)
+	tbl := h.hosts
+	us := make([]*url.URL, 2*max) // each was evicted max hosts ago when met again
+	for i := range us {
+		us[i], err = url.Parse(fmt.Sprintf("http://h%d.test/x", i))
+		require.NoError(b, err)
+	}
+	for _, u := range us[:max] {
+		tbl.release(tbl.get(u))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		tbl.release(tbl.get(us[(max+i)%len(us)]))
+	}
 }
