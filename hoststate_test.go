@@ -92,18 +92,21 @@ func TestPerHostForgetsHosts(t *testing.T) {
 	require.NoError(t, err)
 	a, b, c := mustURL(t, "http://a.test/x"), mustURL(t, "http://b.test/y"), mustURL(t, "http://c.test/z")
 	sa := h.hosts.get(a)
-	h.hosts.get(b)
-	assert.Same(t, sa, h.hosts.get(a), "a known host keeps its state")
-	h.hosts.get(c) // one more than MaxHosts: the least recently used (b) goes
+	h.hosts.release(sa)
+	h.hosts.release(h.hosts.get(b))
+	sa2 := h.hosts.get(a)
+	h.hosts.release(sa2)
+	assert.Same(t, sa, sa2, "a known host keeps its state")
+	h.hosts.release(h.hosts.get(c)) // one more than MaxHosts: the least recently used (b) goes
 	assert.Len(t, h.HostCircuitStates(), 2)
 	assert.Contains(t, h.HostCircuitStates(), "http://a.test")
 	assert.NotContains(t, h.HostCircuitStates(), "http://b.test")
 
 	h, err = NewHandler(Options{PerHost: PerHostOptions{Enabled: true, IdleTimeout: time.Millisecond}})
 	require.NoError(t, err)
-	h.hosts.get(a)
+	h.hosts.release(h.hosts.get(a))
 	time.Sleep(5 * time.Millisecond) // longer than IdleTimeout: a is idle whatever the scheduling
-	h.hosts.get(b)
+	h.hosts.release(h.hosts.get(b))
 	assert.Equal(t, map[string]CircuitState{"http://b.test": CircuitClosed}, h.HostCircuitStates(), "an idle host is forgotten")
 }
 

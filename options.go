@@ -126,11 +126,15 @@ type PerHostOptions struct {
 	Enabled bool
 
 	// MaxHosts is how many hosts are kept at once; meeting one more
-	// forgets the least recently used. Default 1000.
+	// forgets the least recently used idle host. A host is idle when no
+	// call to it is in flight (a call ends when its response body is
+	// closed or read to EOF) and its circuit is not open; a host in use is
+	// never forgotten, so while more than MaxHosts are in use the handler
+	// keeps more, until they become idle. Default 1000.
 	MaxHosts int
 
-	// IdleTimeout is how long a host goes unused before it is forgotten,
-	// with its circuit and counts. Default 5m.
+	// IdleTimeout is how long a host stays idle, from the end of its last
+	// call, before it is forgotten with its circuit and counts. Default 5m.
 	IdleTimeout time.Duration
 }
 

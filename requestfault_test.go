@@ -164,5 +164,7 @@ func TestIsRequestErrorByPrefixOnly(t *testing.T) {
 // urlError wraps like *url.Error, whose own message starts with the URL.
 type urlError struct{ err error }
 
-func (e *urlError) Error() string { return `Get "http://x/?q=unsupported protocol scheme": ` + e.err.Error() }
+func (e *urlError) Error() string {
+	return `Get "http://x/?q=unsupported protocol scheme": ` + e.err.Error()
+}
 func (e *urlError) Unwrap() error { return e.err }

@@ -81,6 +81,7 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 	if err := c.admit(); err != nil {
 		c.body.close()
 		c.ended(now, nil, err)
+		c.finish()
 		return nil, err
 	}
 	var resp *http.Response
@@ -564,6 +565,7 @@ func (c *call) finish() {
 		cancel(nil)
 	}
 	c.releasePermit()
+	c.s.callEnded()
 }
 
 func (c *call) releasePermit() {
