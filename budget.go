@@ -1,62 +1,77 @@
 package resilience
 
 import (
+	"fmt"
 	"math"
 	"sync/atomic"
 )
 
-// retryBudget is retry throttling in the style of gRPC's (proposal A6): a
-// bucket of tokens shared by every call of a handler. Each attempt that
-// fails in a way the retry layer would retry takes one token; each other
-// outcome puts back TokenRatio of one; retries and hedges are made only
-// while the bucket holds more than half of MaxTokens.
+// retryBudget is a bucket of tokens shared by every call of a handler that
+// follows whether retries work, not how often anything fails:
 //
-// It depends on the failure rate of attempts, not on how many are in
-// flight: below a failure rate of TokenRatio/(1+TokenRatio) (about 9% by
-// default) the bucket stays full and every retry is made, whatever the
-// traffic; against an upstream that fails every call, the bucket empties in
-// a few attempts and the load stays near one attempt per call, however fast
-// the failures come. A concurrency budget cannot do both: counting only
-// attempts on the wire it sees no retries in flight when failures are fast,
-// and counting retries through their waits it refuses them at light
-// traffic and low failure rates (measured in bench/).
+//   - a retry (or hedge) that fails takes a token;
+//   - a retry that succeeds puts back RetrySuccessTokens;
+//   - a first attempt that succeeds puts back TokenRatio of a token;
+//   - a first attempt that fails costs nothing;
+//
+// and a retry is made only while at least one token is left.
+//
+// Retries that succeed at least once in 1+RetrySuccessTokens keep the
+// bucket full, so against an upstream that fails at random, however often,
+// every retry the retry layer allows is made, a burst of simultaneous
+// failures (one HTTP/2 connection dropping) included, and a sparse caller
+// is never refused. Against an upstream that fails every attempt (down, or
+// in an outage) the retries fail, the bucket empties after MaxTokens of
+// them, and the load stays near one attempt per call; first attempts that
+// succeed again fill it.
+//
+// The budget of issue 3 (gRPC's retry throttling: every retryable failure
+// took a token, any other outcome put back 0.1, retries while over half
+// full) followed the failure rate: it refused retries once more than about
+// 9% of attempts failed, exactly where they help (measured in bench/,
+// donoharm experiment).
 //
 // Tokens are kept in thousandths, in one atomic integer.
 type retryBudget struct {
-	max, ratio int64 // thousandths of a token
-	tokens     atomic.Int64
+	max, ratio, reward int64 // thousandths of a token
+	tokens             atomic.Int64
 }
 
-func newRetryBudget(maxTokens, ratio float64) *retryBudget {
-	b := &retryBudget{max: int64(math.Round(maxTokens * 1000)), ratio: int64(math.Round(ratio * 1000))}
+func newRetryBudget(maxTokens, ratio, reward float64) *retryBudget {
+	b := &retryBudget{
+		max:    int64(math.Round(maxTokens * 1000)),
+		ratio:  int64(math.Round(ratio * 1000)),
+		reward: int64(math.Round(reward * 1000)),
+	}
 	b.tokens.Store(b.max)
 	return b
 }
 
 // allow reports whether a retry or hedge may be made now.
-func (b *retryBudget) allow() bool { return b.tokens.Load() > b.max/2 }
+func (b *retryBudget) allow() bool { return b.tokens.Load() >= 1000 }
 
-// succeeded puts back a share of a token; free while the bucket is full.
-func (b *retryBudget) succeeded() {
-	for {
-		t := b.tokens.Load()
-		if t >= b.max {
-			return
-		}
-		if b.tokens.CompareAndSwap(t, min(b.max, t+b.ratio)) {
-			return
-		}
+// record accounts for an attempt's outcome: the first attempt of its call
+// or a later one, failed (in a way the retry layer would retry) or not.
+func (b *retryBudget) record(first, failed bool) {
+	switch {
+	case first && !failed:
+		b.add(b.ratio)
+	case first:
+		// A first attempt's failure costs nothing: only retries spend.
+	case failed:
+		b.add(-1000)
+	default:
+		b.add(b.reward)
 	}
 }
 
-// failed takes a token, if any is left.
-func (b *retryBudget) failed() {
+// add moves the bucket by d thousandths, within [0, max]; free while the
+// bucket is full and d puts back.
+func (b *retryBudget) add(d int64) {
 	for {
 		t := b.tokens.Load()
-		if t <= 0 {
-			return
-		}
-		if b.tokens.CompareAndSwap(t, max(0, t-1000)) {
+		n := min(b.max, max(0, t+d))
+		if n == t || b.tokens.CompareAndSwap(t, n) {
 			return
 		}
 	}
@@ -64,3 +79,25 @@ func (b *retryBudget) failed() {
 
 // level is how many tokens the bucket holds.
 func (b *retryBudget) level() float64 { return float64(b.tokens.Load()) / 1000 }
+
+// refusal is why the budget refused a retry: the Err of EventBudgetExceeded,
+// wrapping the outcome that would have been retried.
+func (b *retryBudget) refusal(last error) error {
+	return &budgetError{level: b.level(), last: last}
+}
+
+// budgetError says that the retry budget refused a retry, and why.
+type budgetError struct {
+	level float64
+	last  error // the outcome that was not retried, if an error
+}
+
+func (e *budgetError) Error() string {
+	msg := fmt.Sprintf("retry budget exhausted (%.1f tokens): recent retries failed", e.level)
+	if e.last != nil {
+		msg += "; not retried: " + e.last.Error()
+	}
+	return msg
+}
+
+func (e *budgetError) Unwrap() error { return e.last }

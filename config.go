@@ -420,6 +420,8 @@ var retryBudgetFields = fieldSet[RetryBudgetOptions]{
 		rejectZero(DefaultBudgetTokens, "set retryBudget.disabled to turn the retry budget off")),
 	"tokenRatio": floatField(func(o *RetryBudgetOptions) *float64 { return &o.TokenRatio },
 		rejectZero(DefaultBudgetTokenRatio, "set retryBudget.disabled to turn the retry budget off")),
+	"retrySuccessTokens": floatField(func(o *RetryBudgetOptions) *float64 { return &o.RetrySuccessTokens },
+		rejectZero(DefaultBudgetRetrySuccess, "set retryBudget.disabled to turn the retry budget off")),
 }
 
 var hedgingFields = fieldSet[HedgingOptions]{

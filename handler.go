@@ -34,7 +34,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	h := &Handler{cfg: cfg}
 	h.timers.New = newTimerSlot
 	if rb := cfg.RetryBudget; !rb.Disabled {
-		h.budget = newRetryBudget(rb.MaxTokens, rb.TokenRatio)
+		h.budget = newRetryBudget(rb.MaxTokens, rb.TokenRatio, rb.RetrySuccessTokens)
 	}
 	if cfg.PerHost.Enabled {
 		h.hosts = newHostTable(h)

@@ -98,7 +98,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		if b := c.h.budget; b != nil && !b.allow() {
 			if !reported {
 				reported = true
-				c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(attempts) + 1})
+				c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(attempts) + 1, Err: b.refusal(nil)})
 			}
 			refused = true
 			return false
@@ -212,7 +212,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 			resp.Body.Close()
 		}
 		c.emit(Event{Kind: EventAttemptTimeout, Attempt: n, Err: ErrAttemptTimeout})
-		c.judge(nil, ErrAttemptTimeout)
+		c.judge(n == 1, nil, ErrAttemptTimeout)
 		return hedgeOutcome{n: n, err: ErrAttemptTimeout, kind: outcomeFailure}
 	case cause != nil || (err != nil && c.callerLeft() != nil):
 		c.s.abandonProbe(probe, err) // the race's loser or the caller gave up
@@ -223,7 +223,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 			return hedgeOutcome{n: n, err: fault, kind: outcomeWin}
 		}
 	}
-	if c.judge(resp, err) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
+	if c.judge(n == 1, resp, err) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
 		return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeFailure}
 	}
 	return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeWin}

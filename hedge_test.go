@@ -210,15 +210,18 @@ func TestHedgeBodies(t *testing.T) {
 	assert.Equal(t, []string{"with GetBody", "with GetBody", "with GetBody", "short", "short", "short", long}, up.bodies)
 }
 
-// Hedges draw on the retry budget: every failed attempt takes a token, and
-// once the bucket is down to half, no hedge is sent. With 10 tokens and every
-// attempt failing: the first call makes 3 attempts (10 -> 7 tokens), the
-// second 2 (-> 5, its third refused), the third 1 (-> 4, refused).
+// Hedges draw on the retry budget as retries do: a hedge that fails takes a
+// token (the first attempt's failure costs nothing), and with no token left
+// no hedge is sent. With 3 tokens and every attempt failing: the first call
+// makes 3 attempts (3 -> 1 token), the second 2 (-> 0, its third refused),
+// the third 1 (refused at once).
 func TestHedgeBudget(t *testing.T) {
 	up := newHedgeUpstream(func(int64) string { return "503" })
 	defer up.Close()
 	rec := &evRecorder{}
-	tr, err := NewTransport(&http.Transport{}, hedgeOptions(rec, time.Hour))
+	opts := hedgeOptions(rec, time.Hour)
+	opts.RetryBudget.MaxTokens = 3
+	tr, err := NewTransport(&http.Transport{}, opts)
 	require.NoError(t, err)
 	defer tr.CloseIdleConnections()
 
@@ -233,7 +236,7 @@ func TestHedgeBudget(t *testing.T) {
 	assert.Equal(t, []int64{3, 5, 6}, hits)
 	assert.Equal(t, 3, rec.count(EventHedge))
 	assert.Equal(t, 2, rec.count(EventBudgetExceeded))
-	assert.Equal(t, 4.0, tr.Handler().budget.level())
+	assert.Zero(t, tr.Handler().budget.level())
 }
 
 func TestHedgeTotalTimeoutAndCircuit(t *testing.T) {

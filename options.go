@@ -10,24 +10,25 @@ import (
 
 // Defaults of the standard handler: what a zero field means.
 const (
-	DefaultName              = "standard"
-	DefaultMaxConcurrent     = 1000
-	DefaultTotalTimeout      = 30 * time.Second
-	DefaultMaxRetries        = 3
-	DefaultRetryDelay        = 2 * time.Second
-	DefaultMaxRetryDelay     = 30 * time.Second
-	DefaultFailureRatio      = 0.1
-	DefaultMinimumThroughput = 100
-	DefaultSamplingDuration  = 30 * time.Second
-	DefaultBreakDuration     = 5 * time.Second
-	DefaultAttemptTimeout    = 10 * time.Second
-	DefaultMaxBufferedBody   = 1 << 20
-	DefaultMaxHosts          = 1000
-	DefaultBudgetTokens      = 10
-	DefaultBudgetTokenRatio  = 0.1
-	DefaultMaxHedges         = 1
-	DefaultHedgingDelay      = 2 * time.Second
-	DefaultHostIdleTimeout   = 5 * time.Minute
+	DefaultName               = "standard"
+	DefaultMaxConcurrent      = 1000
+	DefaultTotalTimeout       = 30 * time.Second
+	DefaultMaxRetries         = 3
+	DefaultRetryDelay         = 2 * time.Second
+	DefaultMaxRetryDelay      = 30 * time.Second
+	DefaultFailureRatio       = 0.9
+	DefaultMinimumThroughput  = 100
+	DefaultSamplingDuration   = 30 * time.Second
+	DefaultBreakDuration      = time.Second
+	DefaultAttemptTimeout     = 10 * time.Second
+	DefaultMaxBufferedBody    = 1 << 20
+	DefaultMaxHosts           = 1000
+	DefaultBudgetTokens       = 20
+	DefaultBudgetTokenRatio   = 0.1
+	DefaultBudgetRetrySuccess = 4
+	DefaultMaxHedges          = 1
+	DefaultHedgingDelay       = 2 * time.Second
+	DefaultHostIdleTimeout    = 5 * time.Minute
 )
 
 // Options configures a standard resilience handler. The zero value is the
@@ -51,9 +52,10 @@ type Options struct {
 	// Retry repeats transient failures of requests that are safe to repeat.
 	Retry RetryOptions
 
-	// RetryBudget stops retries (and hedges) while too many attempts fail,
-	// so that a failing upstream is not sent several times its usual load
-	// when it can least afford it.
+	// RetryBudget stops retries (and hedges) while they keep failing, so
+	// that an upstream that is down is not sent several times its usual
+	// load when it can least afford it; it costs nothing while retries
+	// work.
 	RetryBudget RetryBudgetOptions
 
 	// Hedging, when enabled, takes the retry layer's place: while an
@@ -234,30 +236,41 @@ type HedgingOptions struct {
 	Delay time.Duration
 }
 
-// RetryBudgetOptions configures the retry budget, retry throttling in the
-// style of gRPC's, shared by every call of a handler (all its hosts, with
-// PerHost). It is a bucket of MaxTokens tokens, full at first. Each attempt
-// that fails in a way the retry layer would retry takes a token; each other
-// outcome puts back TokenRatio of one. Retries and hedges are made only while
-// the bucket holds more than half of MaxTokens; a refused one gives the
-// caller the last outcome at once, and an EventBudgetExceeded.
+// RetryBudgetOptions configures the retry budget, shared by every call of a
+// handler (all its hosts, with PerHost). It follows whether retries work,
+// not how often attempts fail. It is a bucket of MaxTokens tokens, full at
+// first: a retry or hedge that fails takes a token, one that succeeds puts
+// back RetrySuccessTokens, a first attempt that succeeds puts back
+// TokenRatio of one, and a first attempt that fails costs nothing. Retries
+// and hedges are made while at least one token is left; a refused one gives
+// the caller the last outcome at once, and an EventBudgetExceeded whose Err
+// says why.
 //
-// So the budget follows the failure rate, not the traffic: below
-// TokenRatio/(1+TokenRatio) of attempts failing (about 9% by default) it
-// never refuses; against an upstream that fails every call it stops retries
-// after a handful of failures, until successes fill the bucket again.
+// So against an upstream that fails at random, however often, retries that
+// succeed at least once in 1+RetrySuccessTokens (one in five by default)
+// keep the bucket full and every retry is made, bursts of simultaneous
+// failures and sparse callers included; against an upstream that fails
+// every attempt, at most MaxTokens retries are made before the load falls
+// back to one attempt per call, until first attempts succeed again.
 type RetryBudgetOptions struct {
 	// Disabled switches the budget off: every retry the retry layer allows
 	// is made.
 	Disabled bool
 
-	// MaxTokens is the size of the bucket, in (0, 1000]: how many failures
-	// in a row, at most half of them, are retried. Default 10.
+	// MaxTokens is the size of the bucket, in [1, 1000]: how many failed
+	// retries in a row are made against an upstream that fails every
+	// attempt. Default 20.
 	MaxTokens float64
 
-	// TokenRatio is the share of a token a success puts back, in (0, 1].
-	// Default 0.1.
+	// TokenRatio is the share of a token that a first attempt that
+	// succeeds puts back, in (0, 1]: how the bucket refills once an
+	// upstream recovers. Default 0.1.
 	TokenRatio float64
+
+	// RetrySuccessTokens is how many tokens a retry or hedge that succeeds
+	// puts back, in (0, 1000]. Default 4: retries are made as long as at
+	// least one in five succeeds.
+	RetrySuccessTokens float64
 }
 
 // CircuitBreakerOptions configures the circuit breaker, which sits inside
@@ -267,7 +280,12 @@ type CircuitBreakerOptions struct {
 	Disabled bool
 
 	// FailureRatio is the share of failed attempts within SamplingDuration
-	// that opens the circuit, in (0, 1]. Default 0.1.
+	// that opens the circuit, in (0, 1]. Default 0.9: the breaker is there
+	// for an upstream that is (nearly) down, and fails calls fast only
+	// then; an upstream that fails some of its attempts is the retry
+	// layer's job. Microsoft.Extensions.Http.Resilience's 0.1 opens the
+	// circuit for any upstream failing more than one attempt in ten, and
+	// then fails the calls that would have succeeded (README).
 	FailureRatio float64
 
 	// MinimumThroughput is how many attempts SamplingDuration must hold
@@ -280,7 +298,8 @@ type CircuitBreakerOptions struct {
 	SamplingDuration time.Duration
 
 	// BreakDuration is how long the circuit stays open before it lets one
-	// probe through (half-open). Default 5s.
+	// probe through (half-open). Default 1s, so that an upstream back from
+	// an outage is called again soon.
 	BreakDuration time.Duration
 
 	// ShouldHandle, when set, replaces IsTransient in deciding which
@@ -409,8 +428,10 @@ func resolve(o Options) (*config, error) {
 	// Retry budget.
 	rb := &o.RetryBudget
 	switch {
-	case math.IsNaN(rb.MaxTokens) || rb.MaxTokens < 0 || rb.MaxTokens > 1000:
-		return nil, bad("RetryBudget.MaxTokens", rb.MaxTokens, "must be in (0, 1000]")
+	case math.IsNaN(rb.MaxTokens) || rb.MaxTokens < 0 || rb.MaxTokens > 1000 || (rb.MaxTokens > 0 && rb.MaxTokens < 1):
+		return nil, bad("RetryBudget.MaxTokens", rb.MaxTokens, "must be in [1, 1000]: a retry needs a whole token")
+	case math.IsNaN(rb.RetrySuccessTokens) || rb.RetrySuccessTokens < 0 || rb.RetrySuccessTokens > 1000:
+		return nil, bad("RetryBudget.RetrySuccessTokens", rb.RetrySuccessTokens, "must be in (0, 1000]")
 	case math.IsNaN(rb.TokenRatio) || rb.TokenRatio < 0 || rb.TokenRatio > 1:
 		return nil, bad("RetryBudget.TokenRatio", rb.TokenRatio, "must be in (0, 1]")
 	case rb.TokenRatio > 0 && rb.TokenRatio < 0.001:
@@ -421,6 +442,9 @@ func resolve(o Options) (*config, error) {
 	}
 	if rb.TokenRatio == 0 {
 		rb.TokenRatio = DefaultBudgetTokenRatio
+	}
+	if rb.RetrySuccessTokens == 0 {
+		rb.RetrySuccessTokens = DefaultBudgetRetrySuccess
 	}
 
 	// Circuit breaker.

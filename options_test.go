@@ -172,10 +172,15 @@ func TestOptionsDefaults(t *testing.T) {
 	}
 
 	assert.False(t, cfg.CircuitBreaker.Disabled)
-	assert.Equal(t, 0.1, cfg.CircuitBreaker.FailureRatio)
+	assert.Equal(t, 0.9, cfg.CircuitBreaker.FailureRatio)
 	assert.Equal(t, 100, cfg.CircuitBreaker.MinimumThroughput)
 	assert.Equal(t, 30*time.Second, cfg.CircuitBreaker.SamplingDuration)
-	assert.Equal(t, 5*time.Second, cfg.CircuitBreaker.BreakDuration)
+	assert.Equal(t, time.Second, cfg.CircuitBreaker.BreakDuration)
+
+	assert.False(t, cfg.RetryBudget.Disabled)
+	assert.Equal(t, 20.0, cfg.RetryBudget.MaxTokens)
+	assert.Equal(t, 0.1, cfg.RetryBudget.TokenRatio)
+	assert.Equal(t, 4.0, cfg.RetryBudget.RetrySuccessTokens)
 
 	assert.EqualValues(t, 1<<20, cfg.MaxBufferedBody)
 	assert.Nil(t, cfg.Logger)

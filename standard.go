@@ -180,7 +180,7 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 			return c.result(resp, err) // the wait asked for does not fit: answer now
 		}
 		if b := c.h.budget; b != nil && !b.allow() {
-			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: err}
+			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: b.refusal(err)}
 			if resp != nil {
 				e.StatusCode = resp.StatusCode
 			}
@@ -346,7 +346,7 @@ func (c *call) attempt(now time.Time) (resp *http.Response, err error, final boo
 			return nil, c.errorf(nil, fault, ""), true
 		}
 	}
-	c.retryable = c.judge(resp, err)
+	c.retryable = c.judge(c.attempts == 1, resp, err)
 	return resp, err, false
 }
 
@@ -368,10 +368,11 @@ func requestFault(body *sentBody, err error) error {
 	return nil
 }
 
-// judge tells the circuit breaker and the retry budget how an attempt went,
-// and reports whether it is a failure the retry layer would retry. The
-// standard classification (IsTransient) is computed once for all three.
-func (c *call) judge(resp *http.Response, err error) (retryable bool) {
+// judge tells the circuit breaker and the retry budget how an attempt went
+// (the first of its call, or a later one), and reports whether it is a
+// failure the retry layer would retry. The standard classification
+// (IsTransient) is computed once for all three.
+func (c *call) judge(first bool, resp *http.Response, err error) (retryable bool) {
 	cfg := c.h.cfg
 	var transient bool
 	if cfg.Retry.ShouldRetry == nil || cfg.CircuitBreaker.ShouldHandle == nil {
@@ -394,11 +395,7 @@ func (c *call) judge(resp *http.Response, err error) (retryable bool) {
 		}
 	}
 	if b := c.h.budget; b != nil {
-		if retryable {
-			b.failed() // a failure the retry layer would retry takes a token
-		} else {
-			b.succeeded()
-		}
+		b.record(first, retryable)
 	}
 	return retryable
 }
