@@ -8,8 +8,9 @@
 // that plays a seeded mix of 503s, 429s with Retry-After, hangs and
 // connection resets. It runs two scenarios: the flaky upstream alone, where
 // retries turn failures into successes, then the same with an outage in the
-// middle, where the circuit breaker and the retry budget fail calls fast
-// rather than multiply the load on a down upstream. With -url the requests
+// middle, where the retry budget stops retrying once retries keep failing
+// rather than multiply the load on a down upstream, and retries still
+// recover the flaky upstream's failures around it. With -url the requests
 // go to a real upstream instead, in one scenario.
 //
 //	go run ./cmd/resilience-demo [-n 250] [-c 32] [-rate 150] [-seed 1] [-outage 300ms] [-url URL]
@@ -49,24 +50,23 @@ type config struct {
 	Options resilience.Options
 }
 
-// demoOptions are the standard handler's options, shortened so that the
-// demo runs in seconds: the defaults are sized for production (2s retry
-// delay, 10s attempt and 30s total timeouts, a breaker that samples 30s).
+// demoOptions are the standard handler's defaults with every duration
+// shortened, so that the demo runs in seconds: the defaults are sized for
+// production (2s retry delay, 10s attempt and 30s total timeouts, a breaker
+// that samples 30s). Ratios, thresholds and the retry budget are the
+// defaults themselves.
 func demoOptions() resilience.Options {
 	return resilience.Options{
 		Name:           "demo",
 		TotalTimeout:   3 * time.Second,
 		AttemptTimeout: 300 * time.Millisecond,
 		Retry: resilience.RetryOptions{
-			MaxRetries: 3,
-			Delay:      50 * time.Millisecond,
-			MaxDelay:   500 * time.Millisecond,
+			Delay:    50 * time.Millisecond,
+			MaxDelay: 500 * time.Millisecond,
 		},
 		CircuitBreaker: resilience.CircuitBreakerOptions{
-			FailureRatio:      0.5,
-			MinimumThroughput: 20,
-			SamplingDuration:  600 * time.Millisecond,
-			BreakDuration:     150 * time.Millisecond,
+			SamplingDuration: resilience.DefaultSamplingDuration / 10,
+			BreakDuration:    resilience.DefaultBreakDuration / 10,
 		},
 	}
 }

@@ -79,6 +79,9 @@ func TestDemoWithAnOutage(t *testing.T) {
 		assert.GreaterOrEqual(t, s.attempts, 1, s.name)
 	}
 	assert.Positive(t, rep.client("bare").failures["503"], "the outage fails bare requests")
+	assert.Greater(t, rep.client("resilient").succeeded, rep.client("bare").succeeded,
+		"retries recover the flaky upstream's failures around the outage; the budget stops them in it")
+	assert.Contains(t, out.String(), "why: its ")
 }
 
 func TestDemoAgainstAURL(t *testing.T) {

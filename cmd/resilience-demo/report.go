@@ -57,20 +57,31 @@ func printSetup(w io.Writer, cfg config) {
 	fmt.Fprintf(w, "resilient  resilience.NewTransport over the same kind of http.Transport:\n")
 	fmt.Fprintf(w, "%sTotalTimeout %v, AttemptTimeout %v;\n", indent, o.TotalTimeout, o.AttemptTimeout)
 	fmt.Fprintf(w, "%sretry GET up to %d times, %v %v backoff with jitter (max %v), honouring Retry-After;\n",
-		indent, o.Retry.MaxRetries, o.Retry.Delay, o.Retry.Backoff, o.Retry.MaxDelay)
-	fmt.Fprintf(w, "%scircuit opens at %.0f%% failed attempts (at least %d) in %v, for %v\n",
-		indent, 100*o.CircuitBreaker.FailureRatio, o.CircuitBreaker.MinimumThroughput,
+		indent, retries(o), o.Retry.Delay, o.Retry.Backoff, o.Retry.MaxDelay)
+	fmt.Fprintf(w, "%scircuit opens at %.0f%% failed attempts (at least %d) in %v, for %v: a dead upstream, not a flaky one;\n",
+		indent, 100*or(o.CircuitBreaker.FailureRatio, resilience.DefaultFailureRatio),
+		int(or(float64(o.CircuitBreaker.MinimumThroughput), resilience.DefaultMinimumThroughput)),
 		o.CircuitBreaker.SamplingDuration, o.CircuitBreaker.BreakDuration)
-	tokens, ratio := o.RetryBudget.MaxTokens, o.RetryBudget.TokenRatio
-	if tokens == 0 {
-		tokens = resilience.DefaultBudgetTokens
-	}
-	if ratio == 0 {
-		ratio = resilience.DefaultBudgetTokenRatio
-	}
-	fmt.Fprintf(w, "%sretry budget: %g tokens, a failed attempt takes one, a success puts back %g; retries while over half\n",
-		indent, tokens, ratio)
+	fmt.Fprintf(w, "%sretry budget: %g tokens; a failed retry takes one, a successful retry puts back %g, a first success %g\n",
+		indent, or(o.RetryBudget.MaxTokens, resilience.DefaultBudgetTokens),
+		or(o.RetryBudget.RetrySuccessTokens, resilience.DefaultBudgetRetrySuccess),
+		or(o.RetryBudget.TokenRatio, resilience.DefaultBudgetTokenRatio))
 	fmt.Fprintln(w)
+}
+
+// or is v, or def when v is zero: what the handler makes of a zero option.
+func or(v, def float64) float64 {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+func retries(o resilience.Options) int {
+	if o.Retry.MaxRetries == 0 {
+		return resilience.DefaultMaxRetries
+	}
+	return o.Retry.MaxRetries
 }
 
 // print writes the table, the failures by kind and the summary line.
@@ -95,25 +106,36 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintln(w)
 
 	bare, res := r.client("bare"), r.client("resilient")
-	breaker := "the circuit never opened"
-	if res.openings > 0 {
-		breaker = fmt.Sprintf("the circuit opened %s and failed %d calls fast", times(res.openings), res.failures[circuitOpen])
-	}
-	budget := ""
-	if res.refused > 0 {
-		budget = fmt.Sprintf(", the retry budget refused %d retries", res.refused)
-	}
 	fmt.Fprintf(w, "summary: the standard handler served %.1f%% of requests against %.1f%% bare (p99 %s vs %s) "+
-		"with %.2f upstream attempts per request against %.2f; %s%s; %s in all.\n",
+		"with %.2f upstream attempts per request against %.2f; %s in all.\n",
 		100*res.successRate(), 100*bare.successRate(), fmtDuration(res.p99), fmtDuration(bare.p99),
 		float64(res.attempts)/float64(res.requests), float64(bare.attempts)/float64(bare.requests),
-		breaker, budget, fmt.Sprintf("%.1fs", r.elapsed.Seconds()))
+		fmt.Sprintf("%.1fs", r.elapsed.Seconds()))
+	fmt.Fprintf(w, "         why: %s\n", r.why(bare, res))
 	if res.p99 > bare.p99 {
 		fmt.Fprintln(w, "         (a bare client's failures are fast; the handler's tail is its retries, waiting out backoff and Retry-After)")
 	}
-	if res.openings > 0 || res.refused > 0 {
-		fmt.Fprintln(w, "         (an open circuit and the retry budget fail calls fast instead of multiplying the load on a failing upstream)")
+}
+
+// why says what made the difference between the two clients.
+func (r *report) why(bare, res *stats) string {
+	var parts []string
+	if n := res.succeeded - bare.succeeded; n > 0 {
+		parts = append(parts, fmt.Sprintf("its %d retries turned failures into %d more successful calls than the bare client's", res.retries, n))
+	} else if n < 0 {
+		parts = append(parts, fmt.Sprintf("it served %d calls fewer than the bare client", -n))
+	} else {
+		parts = append(parts, "it served as many calls as the bare client")
 	}
+	if res.refused > 0 {
+		parts = append(parts, fmt.Sprintf("the retry budget refused %d retries once retries kept failing, so a down upstream is not sent several times its load", res.refused))
+	}
+	if res.openings > 0 {
+		parts = append(parts, fmt.Sprintf("the circuit opened %s and failed %d calls fast", times(res.openings), res.failures[circuitOpen]))
+	} else {
+		parts = append(parts, "the circuit stayed closed: the upstream was never down for long enough to call it dead")
+	}
+	return strings.Join(parts, "; ")
 }
 
 func describeFailures(m map[string]int) string {
