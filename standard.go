@@ -4,56 +4,42 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/failsafe-go/failsafe-go/bulkhead"
 )
 
-// The standard stack, outermost first: admission (concurrency and rate),
-// total deadline, retry (or hedging, in hedge.go), circuit breaker, attempt
-// deadline (enforced in deadline.go). One call is one *call; its response
-// body, when returned, is the call itself, so that the permit and the timer
-// are released when the body is closed or read to EOF.
+// The standard stack, outermost first: admission (concurrency and rate, in
+// admission.go), total deadline, retry (here; or hedging, in hedge.go),
+// circuit breaker (probe.go), attempt deadline (both deadlines in
+// deadline.go). One call is one *call; its response body, when returned, is
+// the call itself (delivery.go), so that the permit and the timer are
+// released when the body is closed or read to EOF. What a call tells its
+// observers and its caller is in callreport.go.
 
 type call struct {
 	h    *Handler
 	s    *hostState
 	base http.RoundTripper
 	req  *http.Request
+	over *overrides // the request's overrides, if any
 	body requestBody
 
-	attempts     int
-	attemptLimit time.Duration // the attempt timeout; 0 for none
-	totalLimit   time.Duration // the total timeout; 0 for none
-	over         *overrides    // the request's overrides, if any
-	repeatable   bool          // the request may be sent more than once
-	retryable    bool          // the last attempt failed in a way the retry layer retries
-	prepared     bool          // body.prepare has run
-	totalAt      time.Time     // zero without a total timeout
-	permit       bool          // holds a bulkhead permit
-	queued       bool          // waited in the admission queue
-	delays       backoff.BackOff
-
-	mu         sync.Mutex
-	timer      *timerSlot
-	armedAt    time.Time
-	armedCause error                   // what the timer cancels with; nil when disarmed
-	cancel     context.CancelCauseFunc // the current attempt's
-	fired      error                   // the cause the timer cancelled the current attempt with
-	inBody     bool                    // the current attempt's headers arrived in time
-	done       bool
-	reported   bool          // the total timeout while reading the body was emitted
-	rc         io.ReadCloser // the returned response's body
-	rcClosed   atomic.Bool   // rc has been closed
+	admission // admission.go
+	retrying
+	deadlines // deadline.go
+	delivery  // delivery.go
 }
 
-// errDrainTimeout cuts short the draining of a retried response.
-var errDrainTimeout = errors.New("resilience: drain timeout")
+// retrying is the retry loop's state.
+type retrying struct {
+	attempts   int  // attempts sent so far
+	repeatable bool // the request may be sent more than once
+	retryable  bool // the last attempt failed in a way the retry layer retries
+	prepared   bool // body.prepare has run
+	delays     backoff.BackOff
+}
 
 func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Response, error) {
 	if req.URL == nil {
@@ -99,64 +85,6 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 	}
 	c.deliver(resp)
 	return resp, nil
-}
-
-// ended reports the call's outcome to observers, if any.
-func (c *call) ended(start time.Time, resp *http.Response, err error) {
-	if c.h.observed() {
-		e := Event{Kind: EventCall, Attempt: c.attempts, Duration: time.Since(start), Err: err}
-		if resp != nil {
-			e.StatusCode = resp.StatusCode
-		}
-		c.emit(e)
-	}
-}
-
-// admit takes a concurrency permit, waiting in the queue if there is room
-// there, and a rate permit.
-func (c *call) admit() error {
-	h, s := c.h, c.s
-	if s.bulkhead != nil {
-		if !s.bulkhead.TryAcquirePermit() {
-			if err := c.queue(); err != nil {
-				return err
-			}
-		}
-		c.permit = true
-	}
-	if s.limiter != nil && !s.limiter.TryAcquirePermit() {
-		c.releasePermit()
-		c.emit(Event{Kind: EventRateLimited})
-		return c.errorf(ErrRateLimited, nil, "over %g requests per second", h.cfg.RateLimit.RequestsPerSecond)
-	}
-	return nil
-}
-
-func (c *call) queue() error {
-	h, s := c.h, c.s
-	reject := func(detail string, cause error) error {
-		c.emit(Event{Kind: EventRateLimited, Err: cause})
-		return c.errorf(ErrRateLimited, cause, "%s", detail)
-	}
-	max := int64(h.cfg.RateLimit.MaxQueue)
-	defer s.queued.Add(-1)
-	if s.queued.Add(1) > max {
-		return reject(fmt.Sprintf("%d calls in flight and %d queued", h.cfg.RateLimit.MaxConcurrent, max), nil)
-	}
-	var err error
-	if c.totalAt.IsZero() {
-		err = s.bulkhead.AcquirePermit(c.req.Context())
-	} else {
-		err = s.bulkhead.AcquirePermitWithMaxWait(c.req.Context(), time.Until(c.totalAt))
-	}
-	switch {
-	case err == nil:
-		c.queued = true
-		return nil
-	case errors.Is(err, bulkhead.ErrFull):
-		return reject("queued for admission until the total timeout", ErrTotalTimeout)
-	}
-	return c.errorf(nil, err, "queued for admission")
 }
 
 // run is the retry loop. It returns the response to give the caller, or
@@ -398,189 +326,4 @@ func (c *call) judge(first bool, resp *http.Response, err error) (retryable bool
 		b.record(first, retryable)
 	}
 	return retryable
-}
-
-// rejected is the error of a call the circuit refused, for reason.
-func (c *call) rejected(reason error) error {
-	c.emit(Event{Kind: EventCircuitRejected, Attempt: c.attempts + 1, Err: reason})
-	detail := ""
-	if c.s.breaker != nil && !c.h.isolated.Load() {
-		if d := c.s.breaker.RemainingDelay(); d > 0 {
-			detail = fmt.Sprintf("for another %v", d.Round(time.Millisecond))
-		}
-	}
-	return c.errorf(ErrCircuitOpen, reason, "%s", detail)
-}
-
-func (c *call) totalTimeout(cause error) error {
-	if errors.Is(cause, ErrTotalTimeout) {
-		cause = nil // the transport handed back our own cause: nothing to add
-	}
-	c.emit(Event{Kind: EventTotalTimeout, Err: ErrTotalTimeout})
-	return c.errorf(ErrTotalTimeout, cause, "of %v", c.totalLimit)
-}
-
-// attemptEnded reports attempt n, begun at start, to observers: its status,
-// or its error, or the deadline that cut it short.
-func (c *call) attemptEnded(n int, start time.Time, resp *http.Response, err, deadline error) {
-	if !c.h.observed() {
-		return
-	}
-	e := Event{Kind: EventAttempt, Attempt: n, Duration: time.Since(start), Err: err}
-	switch {
-	case deadline != nil:
-		e.Err = deadline
-	case resp != nil:
-		e.StatusCode = resp.StatusCode
-	}
-	c.emit(e)
-}
-
-// emit sends an event about this call.
-func (c *call) emit(e Event) {
-	if !c.h.observed() {
-		return
-	}
-	e.Method, e.Host = c.req.Method, c.s.host
-	if e.Attempt == 0 && e.Kind != EventCall {
-		e.Attempt = c.attempts
-	}
-	c.h.emit(e)
-}
-
-func (c *call) errorf(kind, cause error, format string, args ...any) error {
-	return &callError{handler: c.h.cfg.Name, kind: kind, attempts: c.attempts, detail: fmt.Sprintf(format, args...), cause: cause}
-}
-
-// discard drains and closes a response that is retried, bounded in bytes
-// and time, and releases its attempt.
-func (c *call) discard(resp *http.Response) {
-	c.mu.Lock()
-	now := time.Now()
-	at, cause := now.Add(maxDrainTime), errDrainTimeout
-	if !c.totalAt.IsZero() && c.totalAt.Before(at) {
-		at, cause = c.totalAt, ErrTotalTimeout
-	}
-	c.armLocked(at, cause, now)
-	c.mu.Unlock()
-	drain(resp)
-	c.mu.Lock()
-	c.armLocked(time.Time{}, nil, now)
-	cancel := c.cancel
-	c.cancel = nil
-	c.mu.Unlock()
-	cancel(nil)
-}
-
-// deliver hands resp to the caller, its body wrapped so that the end of the
-// body ends the call.
-func (c *call) deliver(resp *http.Response) {
-	resp.Request = c.req
-	switch {
-	case resp.Body == nil || resp.Body == http.NoBody:
-		c.finish()
-	case resp.StatusCode == http.StatusSwitchingProtocols:
-		// The body is the upgraded connection: no deadline applies to it
-		// and no permit is held for it, but its context lives until Close.
-		c.mu.Lock()
-		c.releaseTimerLocked()
-		c.mu.Unlock()
-		c.releasePermit()
-		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
-			resp.Body = upgraded{rwc, c}
-		}
-	default:
-		c.rc = resp.Body
-		resp.Body = c
-	}
-}
-
-// Read reads the response body, ending the call at EOF or on an error.
-func (c *call) Read(p []byte) (int, error) {
-	n, err := c.rc.Read(p)
-	if err != nil {
-		if err != io.EOF {
-			err = c.bodyError(err)
-		}
-		// Close before finish releases the attempt's context: an HTTP/2
-		// body closed after its context is done leaves its stream, and so
-		// its connection, busy for good.
-		c.closeBody()
-		c.finish()
-	}
-	return n, err
-}
-
-// Close closes the response body and ends the call.
-func (c *call) Close() error {
-	err := c.closeBody()
-	c.finish()
-	return err
-}
-
-// closeBody closes the returned response's body once.
-func (c *call) closeBody() error {
-	if c.rcClosed.Swap(true) {
-		return nil
-	}
-	return c.rc.Close()
-}
-
-func (c *call) bodyError(err error) error {
-	c.mu.Lock()
-	fired, first := c.fired, !c.reported
-	if fired == ErrTotalTimeout {
-		c.reported = true
-	}
-	c.mu.Unlock()
-	if fired != ErrTotalTimeout {
-		return err
-	}
-	if first {
-		c.emit(Event{Kind: EventTotalTimeout, Err: ErrTotalTimeout})
-	}
-	if errors.Is(err, ErrTotalTimeout) {
-		err = nil
-	}
-	return c.errorf(ErrTotalTimeout, err, "of %v reading the response body", c.totalLimit)
-}
-
-// finish ends the call: the timer stops, the attempt's context is released
-// and so is the concurrency permit. It is safe to call more than once.
-func (c *call) finish() {
-	c.mu.Lock()
-	if c.done {
-		c.mu.Unlock()
-		return
-	}
-	c.done = true
-	c.releaseTimerLocked()
-	cancel := c.cancel
-	c.cancel = nil
-	c.mu.Unlock()
-	if cancel != nil {
-		cancel(nil)
-	}
-	c.releasePermit()
-	c.s.callEnded()
-}
-
-func (c *call) releasePermit() {
-	if c.permit {
-		c.permit = false
-		c.s.bulkhead.ReleasePermit()
-	}
-}
-
-// upgraded is the body of a 101 Switching Protocols response: the
-// connection itself, writable.
-type upgraded struct {
-	io.ReadWriteCloser
-	c *call
-}
-
-func (u upgraded) Close() error {
-	err := u.ReadWriteCloser.Close()
-	u.c.finish()
-	return err
 }

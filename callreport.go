@@ -1,0 +1,73 @@
+package resilience
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// What a call tells its observers (events) and its caller (errors).
+
+// ended reports the call's outcome to observers, if any.
+func (c *call) ended(start time.Time, resp *http.Response, err error) {
+	if c.h.observed() {
+		e := Event{Kind: EventCall, Attempt: c.attempts, Duration: time.Since(start), Err: err}
+		if resp != nil {
+			e.StatusCode = resp.StatusCode
+		}
+		c.emit(e)
+	}
+}
+
+// rejected is the error of a call the circuit refused, for reason.
+func (c *call) rejected(reason error) error {
+	c.emit(Event{Kind: EventCircuitRejected, Attempt: c.attempts + 1, Err: reason})
+	detail := ""
+	if c.s.breaker != nil && !c.h.isolated.Load() {
+		if d := c.s.breaker.RemainingDelay(); d > 0 {
+			detail = fmt.Sprintf("for another %v", d.Round(time.Millisecond))
+		}
+	}
+	return c.errorf(ErrCircuitOpen, reason, "%s", detail)
+}
+
+func (c *call) totalTimeout(cause error) error {
+	if errors.Is(cause, ErrTotalTimeout) {
+		cause = nil // the transport handed back our own cause: nothing to add
+	}
+	c.emit(Event{Kind: EventTotalTimeout, Err: ErrTotalTimeout})
+	return c.errorf(ErrTotalTimeout, cause, "of %v", c.totalLimit)
+}
+
+// attemptEnded reports attempt n, begun at start, to observers: its status,
+// or its error, or the deadline that cut it short.
+func (c *call) attemptEnded(n int, start time.Time, resp *http.Response, err, deadline error) {
+	if !c.h.observed() {
+		return
+	}
+	e := Event{Kind: EventAttempt, Attempt: n, Duration: time.Since(start), Err: err}
+	switch {
+	case deadline != nil:
+		e.Err = deadline
+	case resp != nil:
+		e.StatusCode = resp.StatusCode
+	}
+	c.emit(e)
+}
+
+// emit sends an event about this call.
+func (c *call) emit(e Event) {
+	if !c.h.observed() {
+		return
+	}
+	e.Method, e.Host = c.req.Method, c.s.host
+	if e.Attempt == 0 && e.Kind != EventCall {
+		e.Attempt = c.attempts
+	}
+	c.h.emit(e)
+}
+
+func (c *call) errorf(kind, cause error, format string, args ...any) error {
+	return &callError{handler: c.h.cfg.Name, kind: kind, attempts: c.attempts, detail: fmt.Sprintf(format, args...), cause: cause}
+}

@@ -1,0 +1,147 @@
+package resilience
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// delivery is the state of the response handed to the caller, whose body is
+// the call itself: the end of the body ends the call.
+type delivery struct {
+	done     bool          // the call has ended; guarded by mu
+	reported bool          // the total timeout while reading the body was emitted; guarded by mu
+	rc       io.ReadCloser // the returned response's body
+	rcClosed atomic.Bool   // rc has been closed
+}
+
+// errDrainTimeout cuts short the draining of a retried response.
+var errDrainTimeout = errors.New("resilience: drain timeout")
+
+// discard drains and closes a response that is retried, bounded in bytes
+// and time, and releases its attempt.
+func (c *call) discard(resp *http.Response) {
+	c.mu.Lock()
+	now := time.Now()
+	at, cause := now.Add(maxDrainTime), errDrainTimeout
+	if !c.totalAt.IsZero() && c.totalAt.Before(at) {
+		at, cause = c.totalAt, ErrTotalTimeout
+	}
+	c.armLocked(at, cause, now)
+	c.mu.Unlock()
+	drain(resp)
+	c.mu.Lock()
+	c.armLocked(time.Time{}, nil, now)
+	cancel := c.cancel
+	c.cancel = nil
+	c.mu.Unlock()
+	cancel(nil)
+}
+
+// deliver hands resp to the caller, its body wrapped so that the end of the
+// body ends the call.
+func (c *call) deliver(resp *http.Response) {
+	resp.Request = c.req
+	switch {
+	case resp.Body == nil || resp.Body == http.NoBody:
+		c.finish()
+	case resp.StatusCode == http.StatusSwitchingProtocols:
+		// The body is the upgraded connection: no deadline applies to it
+		// and no permit is held for it, but its context lives until Close.
+		c.mu.Lock()
+		c.releaseTimerLocked()
+		c.mu.Unlock()
+		c.releasePermit()
+		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
+			resp.Body = upgraded{rwc, c}
+		}
+	default:
+		c.rc = resp.Body
+		resp.Body = c
+	}
+}
+
+// Read reads the response body, ending the call at EOF or on an error.
+func (c *call) Read(p []byte) (int, error) {
+	n, err := c.rc.Read(p)
+	if err != nil {
+		if err != io.EOF {
+			err = c.bodyError(err)
+		}
+		// Close before finish releases the attempt's context: an HTTP/2
+		// body closed after its context is done leaves its stream, and so
+		// its connection, busy for good.
+		c.closeBody()
+		c.finish()
+	}
+	return n, err
+}
+
+// Close closes the response body and ends the call.
+func (c *call) Close() error {
+	err := c.closeBody()
+	c.finish()
+	return err
+}
+
+// closeBody closes the returned response's body once.
+func (c *call) closeBody() error {
+	if c.rcClosed.Swap(true) {
+		return nil
+	}
+	return c.rc.Close()
+}
+
+func (c *call) bodyError(err error) error {
+	c.mu.Lock()
+	fired, first := c.fired, !c.reported
+	if fired == ErrTotalTimeout {
+		c.reported = true
+	}
+	c.mu.Unlock()
+	if fired != ErrTotalTimeout {
+		return err
+	}
+	if first {
+		c.emit(Event{Kind: EventTotalTimeout, Err: ErrTotalTimeout})
+	}
+	if errors.Is(err, ErrTotalTimeout) {
+		err = nil
+	}
+	return c.errorf(ErrTotalTimeout, err, "of %v reading the response body", c.totalLimit)
+}
+
+// finish ends the call: the timer stops, the attempt's context is released
+// and so is the concurrency permit. It is safe to call more than once.
+func (c *call) finish() {
+	c.mu.Lock()
+	if c.done {
+		c.mu.Unlock()
+		return
+	}
+	c.done = true
+	c.releaseTimerLocked()
+	cancel := c.cancel
+	c.cancel = nil
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel(nil)
+	}
+	c.releasePermit()
+	c.s.callEnded()
+}
+
+// upgraded is the body of a 101 Switching Protocols response: the
+// connection itself, writable.
+type upgraded struct {
+	io.ReadWriteCloser
+	c *call
+}
+
+func (u upgraded) Close() error {
+	err := u.ReadWriteCloser.Close()
+	u.c.finish()
+	return err
+}
