@@ -3,9 +3,11 @@
 # to results/latest.txt (the herd histograms to results/herd.txt), and prints
 # a benchstat table (peers as columns, deltas against bare) and the tables of
 # results/latest.md: ratios to bare, memory, faults, herd, hedging, retry
-# budget, and the targets of issues 3 and 5.
+# budget, and the targets of issues 3 and 5; then the do-no-harm tables and
+# issue 9's targets (results/donoharm.md).
 #
-#   ./run.sh                      # COUNT=6 rounds, ~6 minutes on 2 cores
+#   ./run.sh                      # COUNT=6 rounds, ~13 minutes on 2 cores
+#   DONOHARM=0 ./run.sh           # without the do-no-harm experiment (~6 min)
 #   COUNT=10 BENCHTIME=2s ./run.sh
 #   PROFILE=1 ./run.sh            # also CPU and allocation profiles of the
 #                                 # resilience success path in results/
@@ -59,6 +61,11 @@ echo "== hedging experiment (1 round, ~50 s)" >&2
 echo "== retry budget experiment (1 round, ~8 s)" >&2
 "$bin" -test.run '^$' -test.bench '^BenchmarkRetryBudget$' -test.benchtime 1x \
 	| tee -a "$out" | grep '^Benchmark' >&2
+if [ "${DONOHARM:-1}" != 0 ]; then
+	# Its tables go to results/donoharm.md, not to latest.txt.
+	echo "== do-no-harm experiment (1 round, ~7 minutes; DONOHARM=0 skips it)" >&2
+	"$bin" -test.run '^$' -test.bench '^BenchmarkDoNoHarm$' -test.benchtime 1x | grep '^Benchmark' >&2
+fi
 echo "load-after: $(cut -d' ' -f1-3 /proc/loadavg | tr ' ' '/')" >>"$out"
 
 if [ -n "${PROFILE:-}" ]; then
@@ -82,3 +89,7 @@ echo
 cat results/herd.txt
 echo
 go run ./cmd/ratios "$out" | tee results/latest.md
+if [ "${DONOHARM:-1}" != 0 ]; then
+	echo
+	cat results/donoharm.md
+fi

@@ -1,0 +1,231 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The do-no-harm experiment's report: medians over the seeds, one markdown
+// table per metric (rows scenarios, columns clients) and the verdict on
+// issue 9's targets for every resilience variant.
+
+type dnhKey struct{ scenario, client string }
+
+// dnhMedian is one cell of every table: the median over the seeds of each
+// metric, taken separately.
+type dnhMedian struct {
+	success float64 // % of calls with a 200 and the body read
+	perCall float64 // upstream attempts / calls
+	load    float64 // peak attempts in any 100 ms / calls offered in 100 ms
+	opens   float64 // circuit openings
+}
+
+type dnhReport struct {
+	clients []dnhClient
+	med     map[dnhKey]dnhMedian
+	wall    time.Duration
+}
+
+func newDNHReport(clients []dnhClient, runs map[dnhKey][]dnhResult, wall time.Duration) *dnhReport {
+	r := &dnhReport{clients: clients, med: map[dnhKey]dnhMedian{}, wall: wall}
+	for k, rs := range runs {
+		m := func(f func(dnhResult) float64) float64 {
+			v := make([]float64, len(rs))
+			for i, x := range rs {
+				v[i] = f(x)
+			}
+			return median(v)
+		}
+		r.med[k] = dnhMedian{
+			success: m(dnhResult.success),
+			perCall: m(dnhResult.perCall),
+			load:    m(dnhResult.load),
+			opens:   m(func(x dnhResult) float64 { return float64(x.opens) }),
+		}
+	}
+	return r
+}
+
+// median of v (the mean of the middle two for an even count).
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+// A dnhTargetRow is one of issue 9's targets in one scenario, with its
+// verdict for every resilience variant.
+type dnhTargetRow struct {
+	target, scenario, ref string
+	values                []string // one per dnhVariant
+	pass                  []bool
+}
+
+// targets checks issue 9's targets on every resilience variant:
+// success ≥ bare's in every scenario; ≥ retryablehttp's − 1 point in the
+// failure mixes and the sequential caller; ≤ 1.15 attempts per call against
+// a dead upstream and a black hole; peak load < 2x in the outages. A
+// scenario or reference client missing from the report is skipped.
+func (r *dnhReport) targets() []dnhTargetRow {
+	var rows []dnhTargetRow
+	add := func(target, scenario, refClient string, format func(dnhMedian) (float64, string),
+		ok func(v, ref float64) bool, refText func(float64) string) {
+		var ref float64
+		if refClient != "" {
+			m, found := r.med[dnhKey{scenario, refClient}]
+			if !found {
+				return
+			}
+			ref, _ = format(m)
+		}
+		row := dnhTargetRow{target: target, scenario: scenario, ref: refText(ref)}
+		for _, v := range dnhVariants {
+			m, found := r.med[dnhKey{scenario, v.name}]
+			if !found {
+				return
+			}
+			x, text := format(m)
+			row.values = append(row.values, text)
+			row.pass = append(row.pass, ok(x, ref))
+		}
+		rows = append(rows, row)
+	}
+	success := func(m dnhMedian) (float64, string) { return m.success, fmt.Sprintf("%.1f", m.success) }
+	perCall := func(m dnhMedian) (float64, string) { return m.perCall, fmt.Sprintf("%.2f", m.perCall) }
+	load := func(m dnhMedian) (float64, string) { return m.load, fmt.Sprintf("%.2fx", m.load) }
+	for _, sc := range dnhScenarios {
+		add("success ≥ bare", sc.name, "bare", success,
+			func(v, ref float64) bool { return v >= ref },
+			func(ref float64) string { return fmt.Sprintf("bare %.1f", ref) })
+	}
+	for _, name := range []string{"mix20", "mix50", "mix70", "sequential"} {
+		add("success ≥ retryablehttp − 1", name, "retryablehttp", success,
+			func(v, ref float64) bool { return v >= ref-1 },
+			func(ref float64) string { return fmt.Sprintf("retryablehttp %.1f − 1", ref) })
+	}
+	for _, name := range []string{"dead", "blackhole"} {
+		add("attempts/call ≤ 1.15", name, "", perCall,
+			func(v, _ float64) bool { return v <= 1.15 },
+			func(float64) string { return "1.15" })
+	}
+	for _, name := range []string{"outage0.3", "outage1", "outage3"} {
+		add("peak upstream load < 2x", name, "", load,
+			func(v, _ float64) bool { return v < 2 },
+			func(float64) string { return "2x" })
+	}
+	return rows
+}
+
+// score counts the targets variant passed, of those checked.
+func (r *dnhReport) score(variant string) (passed, total int) {
+	i := slices.IndexFunc(dnhVariants, func(v dnhVariant) bool { return v.name == variant })
+	if i < 0 {
+		return 0, 0
+	}
+	for _, row := range r.targets() {
+		total++
+		if row.pass[i] {
+			passed++
+		}
+	}
+	return passed, total
+}
+
+func (r *dnhReport) markdown() string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	o := dnhOptions()
+	p("# Do no harm (issue 9)\n\n")
+	p("Run %s, %s, %d cores", time.Now().UTC().Format("2006-01-02T15:04Z"), runtime.Version(), runtime.NumCPU())
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		p(", load %s", strings.Join(strings.Fields(string(la))[:3], "/"))
+	}
+	p("; the experiment took %v. `go test -run '^$' -bench BenchmarkDoNoHarm -benchtime 1x -timeout 30m .` in bench/.\n\n", r.wall.Round(time.Second))
+	p("Open loop at %d calls/s (sequential: one caller, %v between calls), same seeded fates by arrival order for every client; "+
+		"medians of %d seeds (%v), each metric separately. Resilience variants start from the library's defaults with time scaled "+
+		"as in the faults experiment: AttemptTimeout %v, TotalTimeout %v, Retry.Delay %v, Retry.MaxDelay %v, "+
+		"CircuitBreaker.SamplingDuration %v, BreakDuration %v; every other field zero (the defaults at this commit). "+
+		"Overload: %d workers, queue %d, service time = workers / capacity.\n\n",
+		dnhRate, dnhSeqGap, len(dnhSeeds), dnhSeeds, o.AttemptTimeout, o.TotalTimeout, o.Retry.Delay, o.Retry.MaxDelay,
+		o.CircuitBreaker.SamplingDuration, o.CircuitBreaker.BreakDuration, dnhWorkers, dnhQueue)
+
+	table := func(title string, cell func(c dnhClient, m dnhMedian) string) {
+		p("## %s\n\n| scenario | calls |", title)
+		for _, c := range r.clients {
+			p(" %s |", c.name)
+		}
+		p("\n|---|---:|")
+		for range r.clients {
+			p("---:|")
+		}
+		p("\n")
+		for _, sc := range dnhScenarios {
+			p("| %s | %d |", sc.name, sc.calls)
+			for _, c := range r.clients {
+				m, ok := r.med[dnhKey{sc.name, c.name}]
+				if !ok {
+					p(" |")
+					continue
+				}
+				p(" %s |", cell(c, m))
+			}
+			p("\n")
+		}
+		p("\n")
+	}
+	table("Success (% of calls with a 200 and the body read)", func(_ dnhClient, m dnhMedian) string {
+		return fmt.Sprintf("%.1f", m.success)
+	})
+	table("Attempts per call (requests the upstream received / calls)", func(_ dnhClient, m dnhMedian) string {
+		return fmt.Sprintf("%.2f", m.perCall)
+	})
+	table("Peak upstream load (most attempts in any 100 ms / calls offered in 100 ms)", func(_ dnhClient, m dnhMedian) string {
+		return fmt.Sprintf("%.2fx", m.load)
+	})
+	table("Circuit openings", func(c dnhClient, m dnhMedian) string {
+		if !c.breaker {
+			return "–"
+		}
+		return fmt.Sprintf("%.0f", m.opens)
+	})
+
+	p("## Targets (issue 9)\n\n| target | scenario | reference |")
+	for _, v := range dnhVariants {
+		p(" %s |", v.name)
+	}
+	p("\n|---|---|---|")
+	for range dnhVariants {
+		p("---|")
+	}
+	p("\n")
+	for _, row := range r.targets() {
+		p("| %s | %s | %s |", row.target, row.scenario, row.ref)
+		for i := range row.values {
+			p(" %s %s |", row.values[i], verdict(row.pass[i]))
+		}
+		p("\n")
+	}
+	p("\n")
+	for _, v := range dnhVariants {
+		passed, total := r.score(v.name)
+		p("- %s: %d of %d targets PASS\n", v.name, passed, total)
+	}
+	return b.String()
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "FAIL"
+}

@@ -1,0 +1,206 @@
+package bench
+
+import (
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// dnhUpstream is the do-no-harm experiment's upstream: an httptest server
+// on loopback that plays one scenario and records every request it
+// receives. Each arrival, in arrival order and under one lock, takes the
+// next number from a PCG generator seeded with the run's seed (whatever the
+// scenario does with it), so the n-th request gets the same draw for every
+// client; the scenario turns the draw, the arrival time and the request into
+// an answer.
+type dnhUpstream struct {
+	srv    *httptest.Server
+	sc     dnhScenario
+	closed chan struct{} // closed by Close: hanging and queued requests end
+
+	// workers holds one token per request in service (overload).
+	workers chan struct{}
+
+	mu        sync.Mutex
+	rng       *rand.Rand
+	start     time.Time       // the run's time zero, set by begin
+	arrivals  []time.Duration // every request's arrival, since start
+	perCall   map[string]int  // attempts so far, by X-Call (sequential)
+	inSystem  int             // requests in service or queued (overload)
+	served200 int             // 200s written in full
+}
+
+// dnhAction is what the upstream does with one request.
+type dnhAction int
+
+const (
+	dnhOK      dnhAction = iota // 200 at once
+	dnhFail                     // 503 at once, no Retry-After
+	dnhHang                     // wait until the client gives up
+	dnhService                  // queue for a worker, hold it, then 200
+)
+
+// dnhOKBody and dnhFailBody are the answers' bodies: small, as an API's.
+var (
+	dnhOKBody   = []byte(`{"status":"ok","items":[1,2,3]}`)
+	dnhFailBody = []byte("upstream unavailable\n")
+)
+
+func newDNHUpstream(sc dnhScenario, seed uint64) *dnhUpstream {
+	u := &dnhUpstream{
+		sc:      sc,
+		closed:  make(chan struct{}),
+		rng:     rand.New(rand.NewPCG(seed, 0x5eed_d0_0a0a)),
+		perCall: map[string]int{},
+	}
+	if sc.overload > 0 {
+		u.workers = make(chan struct{}, dnhWorkers)
+	}
+	u.srv = httptest.NewServer(u)
+	return u
+}
+
+// begin sets the run's time zero: arrival times and the outage window count
+// from it.
+func (u *dnhUpstream) begin(t0 time.Time) {
+	u.mu.Lock()
+	u.start = t0
+	u.mu.Unlock()
+}
+
+func (u *dnhUpstream) URL() string { return u.srv.URL }
+
+// Close releases the requests that hang or wait, shuts the server down and
+// waits for its handlers to return.
+func (u *dnhUpstream) Close() {
+	close(u.closed)
+	u.srv.Close()
+}
+
+// decide picks the answer to the n-th request (from 0), which arrived at
+// at, given its draw x in [0, 1). Called with u.mu held.
+func (u *dnhUpstream) decide(x float64, at time.Duration, r *http.Request) dnhAction {
+	sc := u.sc
+	switch {
+	case sc.blackhole:
+		return dnhHang
+	case sc.failFirst > 0:
+		call := r.Header.Get("X-Call")
+		u.perCall[call]++
+		if u.perCall[call] <= sc.failFirst {
+			return dnhFail
+		}
+		return dnhOK
+	case sc.overload > 0:
+		if u.inSystem >= dnhWorkers+dnhQueue {
+			return dnhFail // workers busy and queue full: shed at once
+		}
+		u.inSystem++
+		return dnhService
+	case sc.outageFor > 0 && at >= sc.outageFrom && at < sc.outageFrom+sc.outageFor:
+		return dnhFail
+	case x < sc.failShare:
+		return dnhFail
+	}
+	return dnhOK
+}
+
+func (u *dnhUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u.mu.Lock()
+	at := time.Since(u.start)
+	u.arrivals = append(u.arrivals, at)
+	act := u.decide(u.rng.Float64(), at, r)
+	u.mu.Unlock()
+
+	_, _ = io.Copy(io.Discard, r.Body)
+	switch act {
+	case dnhHang:
+		select {
+		case <-r.Context().Done():
+		case <-u.closed:
+		}
+		return
+	case dnhFail:
+		w.Header().Set("Content-Length", strconv.Itoa(len(dnhFailBody)))
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write(dnhFailBody)
+		return
+	case dnhService:
+		ok := u.serve(r)
+		u.mu.Lock()
+		u.inSystem--
+		u.mu.Unlock()
+		if !ok {
+			return
+		}
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(dnhOKBody)))
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(dnhOKBody); err == nil {
+		u.mu.Lock()
+		u.served200++
+		u.mu.Unlock()
+	}
+}
+
+// serve waits for a worker (leaving the queue if the client gives up) and
+// holds it for the scenario's service time, which a client giving up does
+// not cut short: the work was started. It reports whether the request was
+// served.
+func (u *dnhUpstream) serve(r *http.Request) bool {
+	select {
+	case u.workers <- struct{}{}:
+	case <-r.Context().Done():
+		return false
+	case <-u.closed:
+		return false
+	}
+	t := time.NewTimer(u.sc.serviceTime())
+	defer t.Stop()
+	served := true
+	select {
+	case <-t.C:
+	case <-u.closed:
+		served = false
+	}
+	<-u.workers
+	return served && r.Context().Err() == nil
+}
+
+// dnhRecord is what the upstream saw in a run.
+type dnhRecord struct {
+	attempts  int
+	served200 int
+	peak      int // most arrivals in any dnhWindow
+}
+
+// record reads the counts; call it once every call of the run has ended.
+func (u *dnhUpstream) record() dnhRecord {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return dnhRecord{
+		attempts:  len(u.arrivals),
+		served200: u.served200,
+		peak:      peakInWindow(u.arrivals, dnhWindow),
+	}
+}
+
+// peakInWindow is the largest number of times in any half-open interval
+// [t, t+window): a sliding window, not fixed buckets.
+func peakInWindow(times []time.Duration, window time.Duration) int {
+	ts := slices.Clone(times)
+	slices.Sort(ts)
+	peak, lo := 0, 0
+	for hi, t := range ts {
+		for t-ts[lo] >= window {
+			lo++
+		}
+		peak = max(peak, hi-lo+1)
+	}
+	return peak
+}
