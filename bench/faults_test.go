@@ -44,7 +44,8 @@ import (
 //	Retry.MaxRetries        3        3
 //	CB SamplingDuration     30s      3s      (÷10, ≥ 2×AttemptTimeout)
 //	CB BreakDuration        5s       500ms   (÷10)
-//	CB FailureRatio/MinimumThroughput  0.1 / 100, unchanged
+//	CB FailureRatio/MinimumThroughput  the defaults, unchanged (failsafehttp:
+//	                                   .NET's 0.1 / 100)
 //
 // Retry-After on the 429s is "1" (one second), the smallest whole value that
 // still asks for a wait: it is not scaled, because the header is what a real
@@ -63,6 +64,11 @@ const (
 	faultSampling       = 3 * time.Second
 	faultBreak          = 500 * time.Millisecond
 	faultRetryAfter     = "1"
+
+	// Microsoft.Extensions.Http.Resilience's breaker, which failsafehttp
+	// plays here: the .NET user's starting point.
+	dotnetFailureRatio      = 0.1
+	dotnetMinimumThroughput = 100
 )
 
 // A faultMix is a flaky upstream's script: a seeded mix of faults, the
@@ -146,7 +152,7 @@ var faultPeers = []faultPeer{
 				Build(),
 			circuitbreaker.NewBuilder[*http.Response]().
 				HandleIf(transient).
-				WithFailureRateThreshold(resilience.DefaultFailureRatio, resilience.DefaultMinimumThroughput, faultSampling).
+				WithFailureRateThreshold(dotnetFailureRatio, dotnetMinimumThroughput, faultSampling).
 				WithDelay(faultBreak).
 				WithSuccessThreshold(1).
 				OnOpen(func(circuitbreaker.StateChangedEvent) { opens.Add(1) }).
