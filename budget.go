@@ -14,7 +14,11 @@ import (
 //   - a first attempt that succeeds puts back TokenRatio of a token;
 //   - a first attempt that fails costs nothing;
 //
-// and a retry is made only while at least one token is left.
+// and a retry is made only while at least one token is left that no retry
+// in flight has claimed: a retry claims a token when it is sent, and its
+// outcome settles the claim. So however slowly retries fail (an upstream
+// that hangs until the attempt timeout) and however many calls retry at
+// once, at most MaxTokens retries are ever unaccounted for.
 //
 // Retries that succeed at least once in 1+RetrySuccessTokens keep the
 // bucket full, so against an upstream that fails at random, however often,
@@ -35,6 +39,7 @@ import (
 type retryBudget struct {
 	max, ratio, reward int64 // thousandths of a token
 	tokens             atomic.Int64
+	inflight           atomic.Int64 // retries sent whose outcome is not recorded yet
 }
 
 func newRetryBudget(maxTokens, ratio, reward float64) *retryBudget {
@@ -47,12 +52,42 @@ func newRetryBudget(maxTokens, ratio, reward float64) *retryBudget {
 	return b
 }
 
-// allow reports whether a retry or hedge may be made now.
-func (b *retryBudget) allow() bool { return b.tokens.Load() >= 1000 }
+// allow reports whether a retry or hedge may be made now: whether a token
+// is left that no retry in flight has claimed.
+func (b *retryBudget) allow() bool {
+	return b.tokens.Load()-1000*b.inflight.Load() >= 1000
+}
+
+// claim takes an unclaimed token for a retry or hedge about to be sent, and
+// reports whether there was one. The retry's outcome, recorded, or its
+// release settles the claim.
+func (b *retryBudget) claim() bool {
+	for {
+		n := b.inflight.Load()
+		if b.tokens.Load()-1000*(n+1) < 0 {
+			return false
+		}
+		if b.inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// claimAnyway claims a token whether or not one is left, for a retry that
+// must be made: the call has no other answer to give.
+func (b *retryBudget) claimAnyway() { b.inflight.Add(1) }
+
+// release settles the claim of a retry whose outcome says nothing of the
+// upstream: it was not sent after all, or was abandoned.
+func (b *retryBudget) release() { b.inflight.Add(-1) }
 
 // record accounts for an attempt's outcome: the first attempt of its call
-// or a later one, failed (in a way the retry layer would retry) or not.
+// or a later one (which settles its claim), failed (in a way the retry layer
+// would retry) or not.
 func (b *retryBudget) record(first, failed bool) {
+	if !first {
+		b.release()
+	}
 	switch {
 	case first && !failed:
 		b.add(b.ratio)

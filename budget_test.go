@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -40,32 +41,54 @@ func budgetRun(t *testing.T, tr http.RoundTripper, url string, workers, calls in
 
 func TestRetryBudgetBucket(t *testing.T) {
 	b := newRetryBudget(10, 0.1, 4)
+	retry := func(failed bool) {
+		t.Helper()
+		require.True(t, b.claim(), "a token to claim")
+		b.record(false, failed)
+	}
 	assert.True(t, b.allow(), "full at first")
 	for range 100 {
 		b.record(true, true)
 	}
 	assert.Equal(t, 10.0, b.level(), "a first attempt's failure costs nothing")
 	for range 9 {
-		b.record(false, true)
+		retry(true)
 	}
 	assert.Equal(t, 1.0, b.level(), "a failed retry takes a token")
 	assert.True(t, b.allow(), "one token left: one more retry")
-	b.record(false, true)
+	retry(true)
 	assert.False(t, b.allow(), "empty")
+	assert.False(t, b.claim())
 	b.record(true, false)
 	assert.InDelta(t, 0.1, b.level(), 1e-9, "a first attempt that succeeds puts back TokenRatio")
 	assert.False(t, b.allow())
+	b.claimAnyway()
 	b.record(false, false)
 	assert.InDelta(t, 4.1, b.level(), 1e-9, "a retry that succeeds puts back RetrySuccessTokens")
 	assert.True(t, b.allow())
-	for range 100 {
-		b.record(false, true)
+	for range 4 {
+		retry(true)
 	}
+	b.claimAnyway() // 0.1 left: a retry that must be made anyway
+	b.record(false, true)
 	assert.Zero(t, b.level(), "never below empty")
 	for range 1000 {
 		b.record(true, false)
 	}
 	assert.Equal(t, 10.0, b.level(), "never above full")
+
+	// Claims in flight hold their tokens until their outcome is recorded.
+	for range 10 {
+		require.True(t, b.claim())
+	}
+	assert.False(t, b.claim(), "every token is claimed")
+	assert.False(t, b.allow())
+	b.release()
+	assert.True(t, b.claim(), "a released claim frees its token")
+	for range 10 {
+		b.record(false, false)
+	}
+	assert.True(t, b.allow())
 
 	// Concurrent use keeps the count exact.
 	b = newRetryBudget(1000, 0.5, 4)
@@ -75,17 +98,21 @@ func TestRetryBudgetBucket(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 100 {
-				b.record(false, true)
+				if b.claim() {
+					b.record(false, true)
+				}
 			}
 		}()
 	}
 	wg.Wait()
 	assert.Equal(t, 200.0, b.level())
+	assert.True(t, b.allow())
 }
 
 func TestRetryBudgetRefusalSaysWhy(t *testing.T) {
 	b := newRetryBudget(10, 0.1, 4)
 	for range 10 {
+		b.claim()
 		b.record(false, true)
 	}
 	cause := errors.New("503 Service Unavailable")
@@ -207,7 +234,9 @@ func TestRetryBudgetSparseCallerNeverRefused(t *testing.T) {
 
 // A burst of simultaneous failures (one HTTP/2 connection dropping, a
 // deploy) fails many first attempts at once; those cost nothing, and every
-// one of them is retried.
+// one of them is retried: jitter spreads the retries, and each that succeeds
+// frees its token for the next. (Without jitter, MaxTokens retries go at a
+// time: the herd the budget bounds.)
 func TestRetryBudgetBurstOfSimultaneousFailures(t *testing.T) {
 	const callers = 64
 	var hits atomic.Int64
@@ -226,7 +255,7 @@ func TestRetryBudgetBurstOfSimultaneousFailures(t *testing.T) {
 	}))
 	defer srv.Close()
 	rec := &evRecorder{}
-	h, err := NewHandler(Options{Retry: quickRetry(), OnEvent: rec.add})
+	h, err := NewHandler(Options{Retry: RetryOptions{Delay: 20 * time.Millisecond}, OnEvent: rec.add})
 	require.NoError(t, err)
 	tr := h.Transport(&http.Transport{MaxIdleConnsPerHost: callers})
 	defer tr.CloseIdleConnections()
@@ -293,4 +322,91 @@ func TestRetryBudgetBreakerOpensForDeadUpstream(t *testing.T) {
 	assert.Equal(t, CircuitOpen, h.CircuitState())
 	assert.LessOrEqual(t, hits.Load(), int64(DefaultMinimumThroughput+DefaultBudgetTokens+1),
 		"MinimumThroughput attempts, the budget's retries, then nothing: %d attempts for 200 calls", hits.Load())
+}
+
+// Retries that fail slowly (an upstream that hangs until the attempt
+// timeout) cannot overrun the budget while their outcome is unknown: each
+// claims its token when it is sent, so at most MaxTokens are in flight.
+func TestRetryBudgetBoundsSlowFailingRetries(t *testing.T) {
+	const callers = 64
+	var hits, inflight, peak atomic.Int64
+	stop := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		n := inflight.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		defer inflight.Add(-1)
+		select { // a black hole
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	}))
+	defer srv.Close()
+	defer close(stop)
+	h, err := NewHandler(Options{
+		AttemptTimeout: 50 * time.Millisecond,
+		Retry:          RetryOptions{Delay: time.Millisecond},
+		CircuitBreaker: CircuitBreakerOptions{Disabled: true},
+	})
+	require.NoError(t, err)
+	tr := h.Transport(&http.Transport{MaxIdleConnsPerHost: callers})
+	defer tr.CloseIdleConnections()
+
+	budgetRun(t, tr, srv.URL, callers, 1)
+	assert.LessOrEqual(t, hits.Load(), int64(callers+DefaultBudgetTokens),
+		"64 first attempts and at most MaxTokens retries, not 64 x 4")
+	assert.Zero(t, h.budget.level())
+	assert.True(t, h.budget.inflight.Load() == 0, "every claim settled")
+}
+
+// The budget is asked again when a retry's wait ends: retries that failed
+// meanwhile may have emptied it. A call refused then answers with the
+// response it waited on, kept in memory, untouched.
+func TestRetryBudgetAskedAgainAfterTheWait(t *testing.T) {
+	var aHits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/a" {
+			aHits.Add(1)
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "a is busy", http.StatusServiceUnavailable)
+			return
+		}
+		http.Error(w, "b is busy", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	rec := &evRecorder{}
+	h, err := NewHandler(Options{
+		Retry:          quickRetry(),
+		RetryBudget:    RetryBudgetOptions{MaxTokens: 1},
+		CircuitBreaker: CircuitBreakerOptions{Disabled: true},
+		OnEvent:        rec.add,
+	})
+	require.NoError(t, err)
+	tr := h.Transport(&http.Transport{})
+	defer tr.CloseIdleConnections()
+
+	type answer struct {
+		resp *http.Response
+		err  error
+	}
+	a := make(chan answer, 1)
+	go func() {
+		resp, err := tr.RoundTrip(newTestRequest(t, context.Background(), http.MethodGet, srv.URL+"/a", nil))
+		a <- answer{resp, err}
+	}()
+	require.Eventually(t, func() bool { return aHits.Load() == 1 }, 5*time.Second, time.Millisecond)
+	// b spends the only token on a retry that fails, while a waits out its
+	// Retry-After.
+	resp, err := tr.RoundTrip(newTestRequest(t, context.Background(), http.MethodGet, srv.URL+"/b", nil))
+	require.NoError(t, err)
+	readBody(t, resp)
+
+	got := <-a
+	require.NoError(t, got.err)
+	assert.Equal(t, http.StatusServiceUnavailable, got.resp.StatusCode)
+	assert.Equal(t, "1", got.resp.Header.Get("Retry-After"))
+	assert.Equal(t, "a is busy\n", readBody(t, got.resp), "the response a waited on, intact")
+	assert.EqualValues(t, 1, aHits.Load(), "a was not retried")
+	assert.Equal(t, 2, rec.count(EventBudgetExceeded), "b's second retry, and a after its wait")
 }

@@ -21,8 +21,10 @@ type delivery struct {
 var errDrainTimeout = errors.New("resilience: drain timeout")
 
 // discard drains and closes a response that is retried, bounded in bytes
-// and time, and releases its attempt.
-func (c *call) discard(resp *http.Response) {
+// and time, and releases its attempt. It returns a copy of resp holding
+// what was read when that was the whole body (nil otherwise): the answer to
+// give the caller if the retry is not made after all.
+func (c *call) discard(resp *http.Response) *http.Response {
 	c.mu.Lock()
 	now := time.Now()
 	at, cause := now.Add(maxDrainTime), errDrainTimeout
@@ -31,13 +33,14 @@ func (c *call) discard(resp *http.Response) {
 	}
 	c.armLocked(at, cause, now)
 	c.mu.Unlock()
-	drain(resp)
+	kept := drainKeeping(resp)
 	c.mu.Lock()
 	c.armLocked(time.Time{}, nil, now)
 	cancel := c.cancel
 	c.cancel = nil
 	c.mu.Unlock()
 	cancel(nil)
+	return kept
 }
 
 // deliver hands resp to the caller, its body wrapped so that the end of the

@@ -95,7 +95,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		if c.s.breaker != nil && c.s.circuit.Load() != int32(CircuitClosed) {
 			return false // an open or probing circuit gets no extra load
 		}
-		if b := c.h.budget; b != nil && !b.allow() {
+		if b := c.h.budget; b != nil && !b.claim() {
 			if !reported {
 				reported = true
 				c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(attempts) + 1, Err: b.refusal(nil)})
@@ -104,7 +104,13 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 			return false
 		}
 		c.emit(Event{Kind: EventHedge, Attempt: len(attempts) + 1, Delay: delay})
-		return launch() == nil
+		if err := launch(); err != nil {
+			if b := c.h.budget; b != nil {
+				b.release()
+			}
+			return false
+		}
+		return true
 	}
 
 	if err := launch(); err != nil {
@@ -173,7 +179,15 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 // the circuit breaker and the attempt deadline, on its own context. It
 // touches nothing of the call that the main goroutine writes.
 func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc, n int, body io.ReadCloser, getBody func() (io.ReadCloser, error)) hedgeOutcome {
+	// A hedge (n > 1) claimed a budget token; an outcome that is not
+	// judged settles the claim here.
+	settle := func() {
+		if n > 1 && c.h.budget != nil {
+			c.h.budget.release()
+		}
+	}
 	unsent := func() {
+		settle()
 		if body != nil {
 			body.Close() // RoundTrip closes the bodies it sends, and only those
 		}
@@ -215,10 +229,12 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 		c.judge(n == 1, nil, ErrAttemptTimeout)
 		return hedgeOutcome{n: n, err: ErrAttemptTimeout, kind: outcomeFailure}
 	case cause != nil || (err != nil && c.callerLeft() != nil):
+		settle()
 		c.s.abandonProbe(probe, err) // the race's loser or the caller gave up
 		return hedgeOutcome{n: n, err: err, kind: outcomeAbandoned}
 	case err != nil:
 		if fault := requestFault(sent, err); fault != nil {
+			settle()
 			c.s.releaseProbe(probe) // the request's own failure ends the call
 			return hedgeOutcome{n: n, err: fault, kind: outcomeWin}
 		}

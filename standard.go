@@ -98,6 +98,9 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		}
 		resp, err, final := c.attempt(now)
 		if final {
+			if n > 1 && c.h.budget != nil {
+				c.h.budget.release() // never judged: its claim says nothing
+			}
 			return nil, err // rejected, total timeout, cancelled, the request's own failure
 		}
 		if !c.repeatable || n > cfg.Retry.MaxRetries || !c.body.replayable() || !c.retryable {
@@ -123,11 +126,30 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 			}
 			c.emit(e)
 		}
+		var kept *http.Response
 		if resp != nil {
-			c.discard(resp)
+			kept = c.discard(resp)
 		}
 		if err := c.sleepUntil(wakeAt); err != nil {
 			return nil, c.errorf(nil, err, "waiting to retry")
+		}
+		// Claim a token now: the retries sent while this call waited may have
+		// failed and emptied the budget. Asked only before the wait, every
+		// call that failed within one backoff delay of an outage's start
+		// would retry into it.
+		if b := c.h.budget; b != nil && !b.claim() {
+			if resp != nil && kept == nil {
+				// The response is gone (its body was too long to keep):
+				// retry rather than answer with nothing.
+				b.claimAnyway()
+				continue
+			}
+			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: b.refusal(err)}
+			if kept != nil {
+				e.StatusCode = kept.StatusCode
+			}
+			c.emit(e)
+			return c.result(kept, err)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -244,4 +245,22 @@ func drain(resp *http.Response) {
 		_, _ = io.CopyN(io.Discard, resp.Body, maxDrainBytes+1)
 	}
 	_ = resp.Body.Close()
+}
+
+// drainKeeping is drain, keeping what it reads: when that is the whole
+// body, it returns a copy of resp with the body in memory.
+func drainKeeping(resp *http.Response) *http.Response {
+	if resp.ContentLength > maxDrainBytes {
+		_ = resp.Body.Close()
+		return nil
+	}
+	var buf bytes.Buffer
+	n, err := io.CopyN(&buf, resp.Body, maxDrainBytes+1)
+	_ = resp.Body.Close()
+	if err != io.EOF || n > maxDrainBytes {
+		return nil
+	}
+	kept := *resp
+	kept.Body = io.NopCloser(bytes.NewReader(buf.Bytes()))
+	return &kept
 }
