@@ -220,9 +220,9 @@ func TestLoadConfigWrittenZero(t *testing.T) {
 		{"circuitBreaker.samplingDuration", `"0s"`, `"30s"`, ` (30s, or twice attemptTimeout when that is longer)`, nil},
 		{"circuitBreaker.breakDuration", `"0s"`, `"5s"`, ` (1s) or set circuitBreaker.disabled to turn the circuit breaker off`, nil},
 
-		{"retryBudget.maxTokens", `0`, `20`, ` (20) or set retryBudget.disabled to turn the retry budget off`, nil},
-		{"retryBudget.tokenRatio", `0`, `0.5`, ` (0.1) or set retryBudget.disabled to turn the retry budget off`, nil},
-		{"retryBudget.retrySuccessTokens", `0`, `2`, ` (4) or set retryBudget.disabled to turn the retry budget off`, nil},
+		{"retryBudget.maxTokens", `0`, `20`, ` (25) or set retryBudget.disabled to turn the retry budget off`, nil},
+		{"retryBudget.tokenRatio", `0`, `0.5`, ` (0.2) or set retryBudget.disabled to turn the retry budget off`, nil},
+		{"retryBudget.retrySuccessTokens", `0`, `2`, ` (6) or set retryBudget.disabled to turn the retry budget off`, nil},
 
 		{"hedging.maxHedges", `0`, `2`, ` (1) or leave hedging.enabled false to send no hedges`, nil},
 		{"hedging.delay", `"0s"`, `"1s"`, ` (2s) or write a short duration such as "10ms" to hedge sooner`, nil},

@@ -343,7 +343,7 @@ func ExampleRetryBudgetOptions() {
 	var refused atomic.Int32
 	t, err := resilience.NewTransport(nil, resilience.Options{
 		Retry:          resilience.RetryOptions{Delay: time.Millisecond},
-		RetryBudget:    resilience.RetryBudgetOptions{MaxTokens: 5}, // 20 by default
+		RetryBudget:    resilience.RetryBudgetOptions{MaxTokens: 5}, // 25 by default
 		CircuitBreaker: resilience.CircuitBreakerOptions{Disabled: true},
 		OnEvent: func(e resilience.Event) {
 			if e.Kind == resilience.EventBudgetExceeded {

@@ -178,9 +178,9 @@ func TestOptionsDefaults(t *testing.T) {
 	assert.Equal(t, time.Second, cfg.CircuitBreaker.BreakDuration)
 
 	assert.False(t, cfg.RetryBudget.Disabled)
-	assert.Equal(t, 20.0, cfg.RetryBudget.MaxTokens)
-	assert.Equal(t, 0.1, cfg.RetryBudget.TokenRatio)
-	assert.Equal(t, 4.0, cfg.RetryBudget.RetrySuccessTokens)
+	assert.Equal(t, 25.0, cfg.RetryBudget.MaxTokens)
+	assert.Equal(t, 0.2, cfg.RetryBudget.TokenRatio)
+	assert.Equal(t, 6.0, cfg.RetryBudget.RetrySuccessTokens)
 
 	assert.EqualValues(t, 1<<20, cfg.MaxBufferedBody)
 	assert.Nil(t, cfg.Logger)
