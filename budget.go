@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sync/atomic"
@@ -115,6 +116,12 @@ func (b *retryBudget) add(d int64) {
 // level is how many tokens the bucket holds.
 func (b *retryBudget) level() float64 { return float64(b.tokens.Load()) / 1000 }
 
+// ErrBudgetExhausted is why the retry budget refused a retry or hedge: the
+// Err of an EventBudgetExceeded is, for errors.Is, this error, and it wraps
+// the outcome that was not retried, if an error. The caller gets that
+// outcome, never this error.
+var ErrBudgetExhausted = errors.New("resilience: retry budget exhausted")
+
 // refusal is why the budget refused a retry: the Err of EventBudgetExceeded,
 // wrapping the outcome that would have been retried.
 func (b *retryBudget) refusal(last error) error {
@@ -136,3 +143,5 @@ func (e *budgetError) Error() string {
 }
 
 func (e *budgetError) Unwrap() error { return e.last }
+
+func (e *budgetError) Is(target error) bool { return target == ErrBudgetExhausted }

@@ -410,3 +410,10 @@ func TestRetryBudgetAskedAgainAfterTheWait(t *testing.T) {
 	assert.EqualValues(t, 1, aHits.Load(), "a was not retried")
 	assert.Equal(t, 2, rec.count(EventBudgetExceeded), "b's second retry, and a after its wait")
 }
+
+func TestRetryBudgetRefusalIsErrBudgetExhausted(t *testing.T) {
+	b := newRetryBudget(1, 0.1, 4)
+	assert.ErrorIs(t, b.refusal(nil), ErrBudgetExhausted)
+	assert.ErrorIs(t, b.refusal(io.ErrUnexpectedEOF), ErrBudgetExhausted)
+	assert.ErrorIs(t, b.refusal(io.ErrUnexpectedEOF), io.ErrUnexpectedEOF)
+}

@@ -47,6 +47,7 @@ const (
 	errTotalTimeout     = "total_timeout"
 	errCircuitOpen      = "circuit_open"
 	errRateLimited      = "rate_limited"
+	errBudgetExhausted  = "budget_exhausted"
 	errCanceled         = "canceled"
 	errDeadlineExceeded = "deadline_exceeded"
 	errTimeout          = "timeout"
@@ -256,6 +257,8 @@ func errorType(err error) string {
 		return errCircuitOpen
 	case errors.Is(err, resilience.ErrRateLimited):
 		return errRateLimited
+	case errors.Is(err, resilience.ErrBudgetExhausted):
+		return errBudgetExhausted
 	case errors.Is(err, resilience.ErrTotalTimeout):
 		return errTotalTimeout
 	case errors.Is(err, resilience.ErrAttemptTimeout):

@@ -54,7 +54,8 @@
 //     "attempt_timeout" and "total_timeout" (the handler's own timeouts,
 //     resilience.ErrAttemptTimeout and resilience.ErrTotalTimeout),
 //     "circuit_open" (resilience.ErrCircuitOpen), "rate_limited"
-//     (resilience.ErrRateLimited), "canceled" (context.Canceled: the caller
+//     (resilience.ErrRateLimited), "budget_exhausted" (on budget_exceeded
+//     events, resilience.ErrBudgetExhausted), "canceled" (context.Canceled: the caller
 //     gave up), "deadline_exceeded" (the caller's own deadline), "timeout"
 //     (any other error whose Timeout method reports true, such as a dial
 //     timeout), and otherwise the Go type of the cause under the handler's

@@ -492,3 +492,26 @@ func TestHedgesCounted(t *testing.T) {
 		{catalog.with(attrs{"resilience.outcome": "success", "http.response.status_code": int64(200)}), 1},
 	}, r.histogram(t, "resilience.call.duration"))
 }
+
+// A retry the budget refuses is counted as a budget_exceeded event whose
+// error.type says why: the budget is exhausted.
+func TestBudgetExceeded(t *testing.T) {
+	r := newRig(t)
+	up := newUpstream(t, 503)
+	_, c := r.newHandler(t, resilience.Options{
+		Name:           "ledger",
+		Retry:          resilience.RetryOptions{MaxRetries: 1, Delay: time.Millisecond, NoJitter: true},
+		RetryBudget:    resilience.RetryBudgetOptions{MaxTokens: 1},
+		CircuitBreaker: resilience.CircuitBreakerOptions{Disabled: true},
+	})
+	for range 2 { // the first call's retry fails and takes the only token
+		status, err := get(t, c, up.URL)
+		require.NoError(t, err)
+		assert.Equal(t, 503, status)
+	}
+	get := attrs{"resilience.handler": "ledger", "http.request.method": "GET", "http.response.status_code": int64(503)}
+	assert.ElementsMatch(t, []point{
+		{get.with(attrs{"resilience.event": "retry"}), 1},
+		{get.with(attrs{"resilience.event": "budget_exceeded", "error.type": "budget_exhausted"}), 1},
+	}, r.events(t))
+}
