@@ -61,7 +61,7 @@ func (c *call) emit(e Event) {
 	if !c.h.observed() {
 		return
 	}
-	e.Method, e.Host = c.req.Method, c.s.host
+	e.Method, e.Host, e.Context, e.req = c.req.Method, c.s.host, c.req.Context(), c.req
 	if e.Attempt == 0 && e.Kind != EventCall {
 		e.Attempt = c.attempts
 	}

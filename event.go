@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 )
 
@@ -78,6 +79,25 @@ type Event struct {
 	Duration   time.Duration // for EventAttempt and EventCall, how long it took
 	StatusCode int           // the response status it concerns, if any
 	Err        error         // the error it concerns, if any; for EventCircuitOpened, why
+
+	// Context is the context of the request the event is about, so that
+	// the event can be tied to the caller's trace; nil for an event about
+	// no one call, such as the circuit closing.
+	Context context.Context
+
+	req *http.Request // the caller's request, for URL
+}
+
+// URL returns the URL of the request the event is about, without its
+// query, fragment and userinfo (scheme://host/path), or "" for an event
+// about no one call. It is computed when asked for, so that an event costs
+// nothing for it.
+func (e Event) URL() string {
+	if e.req == nil || e.req.URL == nil {
+		return ""
+	}
+	u := e.req.URL
+	return u.Scheme + "://" + u.Host + u.EscapedPath()
 }
 
 // defaultLevel is the slog level an event is logged at unless
@@ -115,7 +135,11 @@ func (h *Handler) log(e Event) {
 		lvl = e.Kind.defaultLevel()
 	}
 	l := h.cfg.Logger
-	if !l.Enabled(context.Background(), lvl) {
+	ctx := e.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if !l.Enabled(ctx, lvl) {
 		return
 	}
 	attrs := make([]slog.Attr, 0, 8)
@@ -145,5 +169,5 @@ func (h *Handler) log(e Event) {
 		const maxLoggedError = 4 << 10
 		attrs = append(attrs, slog.String("error", safeText(redactedError(e.Err), maxLoggedError)))
 	}
-	l.LogAttrs(context.Background(), lvl, "resilience: "+e.Kind.String(), attrs...)
+	l.LogAttrs(ctx, lvl, "resilience: "+e.Kind.String(), attrs...)
 }

@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -415,4 +416,76 @@ func TestEventKindText(t *testing.T) {
 	assert.Error(t, k.UnmarshalText([]byte("retries")))
 	_, err := EventKind(0).MarshalText()
 	assert.Error(t, err)
+}
+
+// Issue 13: an event carries the caller's request context, so that it can be
+// tied to the caller's trace, and the request's URL without its secrets;
+// slog records are written with that context.
+func TestEventsCarryTheRequestContext(t *testing.T) {
+	type key struct{}
+	up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+	var mu sync.Mutex
+	var events []Event
+	handler := &ctxHandler{key: key{}}
+	h, err := NewHandler(Options{
+		Retry:     quickRetry(),
+		Logger:    slog.New(handler),
+		LogLevels: map[EventKind]slog.Level{EventAttempt: slog.LevelInfo},
+		OnEvent: func(e Event) {
+			mu.Lock()
+			events = append(events, e)
+			mu.Unlock()
+		},
+	})
+	require.NoError(t, err)
+	tr := h.Transport(&http.Transport{})
+	defer tr.CloseIdleConnections()
+
+	ctx := context.WithValue(context.Background(), key{}, "trace-4bf92f35")
+	u := strings.Replace(up.URL(), "http://", "http://user:secret@", 1) + "/items/7?apiKey=SECRET#frag"
+	resp, err := tr.RoundTrip(newTestRequest(t, ctx, http.MethodGet, u, nil))
+	require.NoError(t, err)
+	readBody(t, resp)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, events)
+	for _, e := range events {
+		require.NotNil(t, e.Context, "%v", e.Kind)
+		assert.Equal(t, "trace-4bf92f35", e.Context.Value(key{}), "%v", e.Kind)
+		assert.Equal(t, up.URL()+"/items/7", e.URL(), "%v: no query, fragment or userinfo", e.Kind)
+	}
+	assert.Equal(t, "", Event{}.URL())
+	assert.Equal(t, []any{"trace-4bf92f35", "trace-4bf92f35", "trace-4bf92f35"}, handler.values(),
+		"every slog record (attempt, retry, attempt, and the call is DEBUG) has the request's context")
+}
+
+// ctxHandler is a slog.Handler that records a context value of every
+// record it handles.
+type ctxHandler struct {
+	key any
+	mu  sync.Mutex
+	got []any
+}
+
+func (h *ctxHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *ctxHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < slog.LevelInfo {
+		return nil
+	}
+	h.mu.Lock()
+	h.got = append(h.got, ctx.Value(h.key))
+	h.mu.Unlock()
+	return nil
+}
+func (h *ctxHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *ctxHandler) WithGroup(string) slog.Handler      { return h }
+func (h *ctxHandler) values() []any {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]any(nil), h.got...)
 }
