@@ -9,8 +9,14 @@ import (
 
 // What a call tells its observers (events) and its caller (errors).
 
-// ended reports the call's outcome to observers, if any.
+// ended reports the call's outcome to observers, if any, and to the
+// caller's Report, if it asked for one.
 func (c *call) ended(start time.Time, resp *http.Response, err error) {
+	if c.wantsReport() {
+		r := c.over.report
+		r.Attempts = c.attempts
+		r.Endpoint = keyOf(c.req.URL).String()
+	}
 	if c.h.observed() {
 		e := Event{Kind: EventCall, Attempt: c.attempts, Duration: time.Since(start), Err: err}
 		if resp != nil {
@@ -19,6 +25,9 @@ func (c *call) ended(start time.Time, resp *http.Response, err error) {
 		c.emit(e)
 	}
 }
+
+// wantsReport reports whether the caller asked for a Report of the call.
+func (c *call) wantsReport() bool { return c.over != nil && c.over.report != nil }
 
 // rejected is the error of a call the circuit refused, for reason.
 func (c *call) rejected(reason error) error {
@@ -58,6 +67,9 @@ func (c *call) attemptEnded(n int, start time.Time, resp *http.Response, err, de
 
 // emit sends an event about this call.
 func (c *call) emit(e Event) {
+	if c.wantsReport() {
+		c.over.report.note(e)
+	}
 	if !c.h.observed() {
 		return
 	}

@@ -368,3 +368,38 @@ func ExampleRetryBudgetOptions() {
 	fmt.Println("attempts:", calls.Load(), "refusals:", refused.Load())
 	// Output: attempts: 15 refusals: 9
 }
+
+// A caller that wants to know what happened to its call, without an event
+// hook, asks for a Report through the request's context.
+func ExampleWithReport() {
+	var calls atomic.Int32
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) <= 2 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprint(w, "ok")
+	}))
+	defer upstream.Close()
+
+	t, err := resilience.NewTransport(nil, resilience.Options{
+		Retry: resilience.RetryOptions{Delay: 10 * time.Millisecond, NoJitter: true, Backoff: resilience.BackoffConstant},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer t.CloseIdleConnections()
+
+	var report resilience.Report
+	req, err := http.NewRequestWithContext(resilience.WithReport(context.Background(), &report), http.MethodGet, upstream.URL, nil)
+	if err != nil {
+		panic(err)
+	}
+	resp, err := (&http.Client{Transport: t}).Do(req)
+	if err != nil {
+		panic(err)
+	}
+	resp.Body.Close()
+	fmt.Println("status:", resp.StatusCode, "attempts:", report.Attempts, "waited:", report.Waited, "budget refused:", report.BudgetRefused)
+	// Output: status: 200 attempts: 3 waited: 20ms budget refused: false
+}

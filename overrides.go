@@ -17,6 +17,7 @@ type overrides struct {
 	total      time.Duration
 	hasAttempt bool
 	hasTotal   bool
+	report     *Report // filled in when the call returns
 }
 
 type overridesKey struct{}

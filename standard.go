@@ -119,7 +119,7 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 			return c.result(resp, err)
 		}
 		wakeAt := time.Now().Add(wait)
-		if c.h.observed() {
+		if c.h.observed() || c.wantsReport() {
 			e := Event{Kind: EventRetry, Attempt: n, Delay: wait, Err: err}
 			if resp != nil {
 				e.StatusCode = resp.StatusCode

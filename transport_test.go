@@ -1282,3 +1282,35 @@ func TestTransportErrorCountsOnlyAttemptsSent(t *testing.T) {
 	require.Len(t, rejected, 1)
 	assert.Equal(t, 2, rejected[0].Attempt, "the second attempt was the one refused")
 }
+
+// Issue 13: a caller that asks for a Report learns what happened to its
+// call without an event hook.
+func TestTransportReport(t *testing.T) {
+	up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if n <= 2 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	tr, err := NewTransport(&http.Transport{}, Options{Retry: RetryOptions{Delay: time.Millisecond, MaxDelay: time.Millisecond, NoJitter: true}})
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+
+	var r Report
+	resp, err := tr.RoundTrip(newTestRequest(t, WithReport(context.Background(), &r), http.MethodGet, up.URL()+"/x?q=1", nil))
+	require.NoError(t, err)
+	assert.Equal(t, "ok", readBody(t, resp))
+	assert.Equal(t, 3, r.Attempts, "503, 503, 200")
+	assert.Equal(t, 2*time.Millisecond, r.Waited)
+	assert.False(t, r.BudgetRefused)
+	assert.False(t, r.CircuitRejected)
+	assert.Equal(t, up.URL(), r.Endpoint)
+
+	// A call the circuit refuses says so.
+	tr.Handler().IsolateCircuit()
+	var r2 Report
+	_, err = tr.RoundTrip(newTestRequest(t, WithReport(context.Background(), &r2), http.MethodGet, up.URL(), nil))
+	require.ErrorIs(t, err, ErrCircuitOpen)
+	assert.Equal(t, Report{CircuitRejected: true, Endpoint: up.URL()}, r2)
+}
