@@ -255,7 +255,9 @@ func TestRetryBudgetBurstOfSimultaneousFailures(t *testing.T) {
 	}))
 	defer srv.Close()
 	rec := &evRecorder{}
-	h, err := NewHandler(Options{Retry: RetryOptions{Delay: 20 * time.Millisecond}, OnEvent: rec.add})
+	// Jitter spreads the 64 retries over [250ms, 750ms]: even at 150 ms a
+	// retry (a loaded machine, -race), fewer than MaxTokens are in flight.
+	h, err := NewHandler(Options{Retry: RetryOptions{Delay: 500 * time.Millisecond}, OnEvent: rec.add})
 	require.NoError(t, err)
 	tr := h.Transport(&http.Transport{MaxIdleConnsPerHost: callers})
 	defer tr.CloseIdleConnections()
