@@ -1,6 +1,6 @@
 module github.com/resilienthttp/resilience
 
-go 1.24.0
+go 1.25.0
 
 require (
 	github.com/cenkalti/backoff/v4 v4.3.0
