@@ -1,6 +1,6 @@
 module github.com/resilienthttp/resilience/bench
 
-go 1.24.0
+go 1.25.0
 
 replace github.com/resilienthttp/resilience => ../
 
