@@ -11,13 +11,17 @@ import (
 // uniformly random value in [d*(1-f), d*(1+f)].
 const jitterFactor = 0.5
 
-// newBackOff returns the delay sequence of one call's retries.
+// newBackOff returns the delay sequence of one call's retries: all zero
+// when Delay is negative, the retries then going at once.
 //
 // The base delay is capped at MaxDelay/(1+f) before jitter, so that jittered
 // delays never exceed MaxDelay and, once the cap is reached, still spread
 // over [MaxDelay/3, MaxDelay]. Capping after jitter instead would put half of
 // them exactly on MaxDelay and line up again the clients jitter keeps apart.
 func newBackOff(r RetryOptions) backoff.BackOff {
+	if r.Delay < 0 {
+		return &backoff.ZeroBackOff{}
+	}
 	factor := jitterFactor
 	if r.NoJitter {
 		factor = 0

@@ -173,7 +173,9 @@ type RetryOptions struct {
 	// attempt. Default 3.
 	MaxRetries int
 
-	// Delay is the base delay between attempts. Default 2s.
+	// Delay is the base delay between attempts. Default 2s; negative
+	// means no delay: retries go at once, whatever Backoff and MaxDelay
+	// say (a Retry-After the server sent is still honoured).
 	Delay time.Duration
 
 	// MaxDelay caps the computed delay (not a Retry-After the server
@@ -385,8 +387,6 @@ func resolve(o Options) (*config, error) {
 	switch {
 	case r.MaxRetries < 0:
 		return nil, bad("Retry.MaxRetries", r.MaxRetries, "must not be negative; set Retry.Disabled to turn retries off")
-	case r.Delay < 0:
-		return nil, bad("Retry.Delay", r.Delay, "must not be negative")
 	case r.MaxDelay < 0:
 		return nil, bad("Retry.MaxDelay", r.MaxDelay, "must not be negative")
 	case r.Backoff < BackoffExponential || r.Backoff > BackoffConstant:
