@@ -110,6 +110,7 @@ func TestOptionsValid(t *testing.T) {
 		{"no delay", Options{Retry: RetryOptions{Delay: -1}}},
 		{"no delay, linear", Options{Retry: RetryOptions{Delay: -time.Second, Backoff: BackoffLinear}}},
 		{"no delay, MaxDelay set", Options{Retry: RetryOptions{Delay: -1, MaxDelay: time.Second}}},
+		{"DelayFunc", Options{Retry: RetryOptions{DelayFunc: func(DelayInfo) time.Duration { return 0 }}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
