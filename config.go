@@ -46,6 +46,7 @@ type Config struct {
 // A zero written in the file is meant, never read as "the default": omit a
 // field for its default. Where Options can say what the zero says, it is
 // honoured: retry.maxRetries 0 turns retries off, as retry.disabled does;
+// retry.delay "0s" retries at once, with no delay (a negative Retry.Delay);
 // circuitBreaker.minimumThroughput 0 judges the failure ratio from the first
 // attempt (it becomes 1); rateLimit.maxQueue, rateLimit.requestsPerSecond,
 // rateLimit.burst and retry.maxRetryAfter keep their zero, which is their
@@ -234,7 +235,8 @@ func brief(raw json.RawMessage) string {
 // a deliberate value: either the field's default is zero anyway (keepZero),
 // or the zero is rejected with a hint saying how to write what was probably
 // meant (rejectZero). Fields whose zero means something else (maxRetries,
-// minimumThroughput) keep it and translate it in their own setters.
+// retry.delay, minimumThroughput) keep it and translate it in their own
+// setters.
 type zeroRule struct {
 	def string // the field's default, as the error names it; empty: keep the zero
 	or  string // another way to say what the zero probably meant, if any
@@ -357,8 +359,7 @@ var rateLimitFields = fieldSet[RateLimitOptions]{
 var retryFields = fieldSet[fileOptions]{
 	"disabled":   boolField(func(o *fileOptions) *bool { return &o.Retry.Disabled }),
 	"maxRetries": maxRetriesField,
-	"delay": durationField(func(o *fileOptions) *time.Duration { return &o.Retry.Delay },
-		rejectZero(DefaultRetryDelay, `write a short duration such as "10ms" to retry sooner`)),
+	"delay":      retryDelayField,
 	"maxDelay": durationField(func(o *fileOptions) *time.Duration { return &o.Retry.MaxDelay },
 		rejectZero(fmt.Sprintf("%v, or retry.delay when that is longer", DefaultMaxRetryDelay), "")),
 	"backoff":          backoffField,
@@ -375,6 +376,18 @@ func maxRetriesField(o *fileOptions, raw json.RawMessage, path string) error {
 		return err
 	}
 	o.noRetries = o.Retry.MaxRetries == 0
+	return nil
+}
+
+// retryDelayField reads retry.delay, where a written 0 means no delay:
+// retries go at once, as a negative Delay says in Options.
+func retryDelayField(o *fileOptions, raw json.RawMessage, path string) error {
+	if err := durationField(func(o *fileOptions) *time.Duration { return &o.Retry.Delay }, keepZero)(o, raw, path); err != nil {
+		return err
+	}
+	if o.Retry.Delay == 0 {
+		o.Retry.Delay = -1
+	}
 	return nil
 }
 

@@ -207,7 +207,9 @@ func TestLoadConfigWrittenZero(t *testing.T) {
 		{"retry.maxRetries", `0`, `2`, "", func(t *testing.T, o Options) {
 			assert.True(t, o.Retry.Disabled, "no retries")
 		}},
-		{"retry.delay", `"0s"`, `"200ms"`, ` (2s) or write a short duration such as "10ms" to retry sooner`, nil},
+		{"retry.delay", `"0s"`, `"200ms"`, "", func(t *testing.T, o Options) {
+			assert.Negative(t, o.Retry.Delay, "no delay: retries go at once")
+		}},
 		{"retry.maxDelay", `"0s"`, `"2s"`, ` (30s, or retry.delay when that is longer)`, nil},
 		{"retry.maxRetryAfter", `"0s"`, `"5s"`, "", func(t *testing.T, o Options) {
 			assert.Zero(t, o.Retry.MaxRetryAfter, "no cap but the total timeout")
@@ -437,6 +439,41 @@ func TestLoadConfigExcludeMethodsNarrowsDefaults(t *testing.T) {
 			readBody(t, resp)
 			assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 			assert.Equal(t, tc.requests, up.requests.Load())
+		})
+	}
+}
+
+// "delay": "0s" in a file retries at once, where it is written and where it
+// is inherited, and a later layer's delay overrides it.
+func TestLoadConfigZeroDelayRetriesAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name, json string
+		want       []time.Duration
+	}{
+		{"upstream", `{"defaults": {"retry": {"delay": "200ms"}}, "upstreams": {"a": {"retry": {"delay": "0s", "maxDelay": "1s"}}}}`, []time.Duration{0, 0}},
+		{"defaults", `{"defaults": {"retry": {"delay": "0s"}}, "upstreams": {"a": {"retry": {"backoff": "linear"}}}}`, []time.Duration{0, 0}},
+		{"defaults overridden", `{"defaults": {"retry": {"delay": "0s"}}, "upstreams": {"a": {"retry": {"delay": "1ms", "noJitter": true}}}}`, []time.Duration{time.Millisecond, 2 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newTestUpstream(t, func(w http.ResponseWriter, _ *http.Request, n int) {
+				if n <= 2 {
+					w.WriteHeader(http.StatusServiceUnavailable)
+					return
+				}
+				io.WriteString(w, "ok")
+			})
+			cfg, err := LoadConfig(strings.NewReader(tc.json))
+			require.NoError(t, err)
+			c := newTestClient(t, cfg.Upstreams["a"])
+			resp, err := c.getBounded(t, up.URL())
+			require.NoError(t, err)
+			assert.Equal(t, "ok", readBody(t, resp))
+			assert.EqualValues(t, 3, up.requests.Load())
+			var delays []time.Duration
+			for _, e := range c.events.ofKind(EventRetry) {
+				delays = append(delays, e.Delay)
+			}
+			assert.Equal(t, tc.want, delays)
 		})
 	}
 }

@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"math/rand/v2"
+	"net/http"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -11,13 +12,41 @@ import (
 // uniformly random value in [d*(1-f), d*(1+f)].
 const jitterFactor = 0.5
 
-// newBackOff returns the delay sequence of one call's retries.
+// DelayInfo is what RetryOptions.DelayFunc is told about a retry the retry
+// layer is about to make.
+type DelayInfo struct {
+	// Retry is the retry's number: 1 for the first retry, which follows the
+	// first attempt.
+	Retry int
+
+	// Delay is the delay the retry layer computed for this retry from
+	// Delay, Backoff, NoJitter and MaxDelay: what it would wait without
+	// DelayFunc. It is zero when RetryOptions.Delay is negative.
+	Delay time.Duration
+
+	// Response is the response of the attempt that failed, or nil. Its
+	// body must not be read or closed: the caller may yet get it.
+	Response *http.Response
+
+	// Err is the error of the attempt that failed, or nil.
+	Err error
+
+	// Request is the caller's request. It must not be modified, nor kept
+	// once DelayFunc returns.
+	Request *http.Request
+}
+
+// newBackOff returns the delay sequence of one call's retries: all zero
+// when Delay is negative, the retries then going at once.
 //
 // The base delay is capped at MaxDelay/(1+f) before jitter, so that jittered
 // delays never exceed MaxDelay and, once the cap is reached, still spread
 // over [MaxDelay/3, MaxDelay]. Capping after jitter instead would put half of
 // them exactly on MaxDelay and line up again the clients jitter keeps apart.
 func newBackOff(r RetryOptions) backoff.BackOff {
+	if r.Delay < 0 {
+		return &backoff.ZeroBackOff{}
+	}
 	factor := jitterFactor
 	if r.NoJitter {
 		factor = 0

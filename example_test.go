@@ -369,6 +369,60 @@ func ExampleRetryBudgetOptions() {
 	// Output: attempts: 15 refusals: 9
 }
 
+// DelayFunc decides how long each retry waits. Here a retry after a
+// connection failure goes at once (a dropped keep-alive connection is
+// worth one more try straight away), and the others wait the computed
+// backoff, halved for GETs marked urgent by their caller. A Retry-After
+// the server sends would win over it.
+func ExampleRetryOptions_delayFunc() {
+	var calls atomic.Int32
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) <= 2 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprint(w, "hello")
+	}))
+	defer upstream.Close()
+
+	t, err := resilience.NewTransport(nil, resilience.Options{
+		Retry: resilience.RetryOptions{
+			Delay:    20 * time.Millisecond,
+			NoJitter: true,
+			DelayFunc: func(d resilience.DelayInfo) time.Duration {
+				if d.Response == nil {
+					return 0 // d.Err says what failed
+				}
+				wait := d.Delay
+				if d.Request.Header.Get("Priority") == "u=0" {
+					wait /= 2
+				}
+				fmt.Printf("retry %d after %d: computed %v, waiting %v\n", d.Retry, d.Response.StatusCode, d.Delay, wait)
+				return wait // a negative value would mean d.Delay
+			},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer t.CloseIdleConnections()
+	client := &http.Client{Transport: t}
+
+	req, _ := http.NewRequest(http.MethodGet, upstream.URL, nil)
+	req.Header.Set("Priority", "u=0")
+	resp, err := client.Do(req)
+	if err != nil {
+		panic(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Println(resp.StatusCode, string(body))
+	// Output:
+	// retry 1 after 503: computed 20ms, waiting 10ms
+	// retry 2 after 503: computed 40ms, waiting 20ms
+	// 200 hello
+}
+
 // A caller that wants to know what happened to its call, without an event
 // hook, asks for a Report through the request's context.
 func ExampleWithReport() {

@@ -82,7 +82,7 @@ func FuzzOptions(f *testing.F) {
 			t.Fatalf("accepted FailureRatio %v", c.CircuitBreaker.FailureRatio)
 		case c.CircuitBreaker.MinimumThroughput <= 0, c.RateLimit.MaxConcurrent <= 0, c.RateLimit.MaxQueue < 0:
 			t.Fatalf("accepted counts %+v %+v", c.CircuitBreaker, c.RateLimit)
-		case c.Retry.MaxRetries <= 0, c.Retry.Delay <= 0, c.Retry.MaxDelay < c.Retry.Delay:
+		case c.Retry.MaxRetries <= 0, c.Retry.Delay == 0, c.Retry.MaxDelay <= 0, c.Retry.MaxDelay < c.Retry.Delay:
 			t.Fatalf("accepted retry %+v", c.Retry)
 		case c.TotalTimeout > 0 && c.AttemptTimeout > c.TotalTimeout:
 			t.Fatalf("accepted attempt %v above total %v", c.AttemptTimeout, c.TotalTimeout)

@@ -173,11 +173,14 @@ type RetryOptions struct {
 	// attempt. Default 3.
 	MaxRetries int
 
-	// Delay is the base delay between attempts. Default 2s.
+	// Delay is the base delay between attempts. Default 2s; negative
+	// means no delay: retries go at once, whatever Backoff and MaxDelay
+	// say (a Retry-After the server sent is still honoured).
 	Delay time.Duration
 
 	// MaxDelay caps the computed delay (not a Retry-After the server
-	// sent). Default 30s, or Delay when Delay is larger.
+	// sent, nor what DelayFunc returns). Default 30s, or Delay when Delay
+	// is larger.
 	MaxDelay time.Duration
 
 	// Backoff says how the delay grows from one retry to the next.
@@ -212,6 +215,25 @@ type RetryOptions struct {
 	// outcomes are retried. The method rule, caller cancellation and the
 	// total timeout still apply.
 	ShouldRetry func(*http.Response, error) bool
+
+	// DelayFunc, when set, decides how long to wait before each retry,
+	// as Polly's DelayGenerator and go-retryablehttp's Backoff do. It is
+	// given the retry's number, the delay the retry layer computed and
+	// the failed attempt's outcome and request, and returns the delay to
+	// wait: zero retries at once, and a negative value means the computed
+	// delay. MaxDelay does not cap what it returns.
+	//
+	// A Retry-After the server sent, when honoured (IgnoreRetryAfter not
+	// set), wins: DelayFunc is not called for that retry, and a
+	// Retry-After beyond MaxRetryAfter still ends the retries. With
+	// IgnoreRetryAfter, DelayFunc can weigh it itself (ParseRetryAfter
+	// reads it). Hedging does not use DelayFunc. Whatever
+	// the delay, a wait that would end past the call's deadline (the total
+	// timeout, or the request context's) is not made: the caller gets the
+	// failed attempt's outcome at once. DelayFunc is called on the
+	// caller's goroutine, from many calls at once: it must be safe for
+	// concurrent use and should return quickly.
+	DelayFunc func(DelayInfo) time.Duration
 }
 
 // HedgingOptions configures hedging, which replaces the retry layer when
@@ -385,8 +407,6 @@ func resolve(o Options) (*config, error) {
 	switch {
 	case r.MaxRetries < 0:
 		return nil, bad("Retry.MaxRetries", r.MaxRetries, "must not be negative; set Retry.Disabled to turn retries off")
-	case r.Delay < 0:
-		return nil, bad("Retry.Delay", r.Delay, "must not be negative")
 	case r.MaxDelay < 0:
 		return nil, bad("Retry.MaxDelay", r.MaxDelay, "must not be negative")
 	case r.Backoff < BackoffExponential || r.Backoff > BackoffConstant:

@@ -24,7 +24,6 @@ func TestOptionsInvalid(t *testing.T) {
 		{"FailureRatio +Inf", Options{CircuitBreaker: CircuitBreakerOptions{FailureRatio: math.Inf(1)}}, "CircuitBreaker.FailureRatio", ""},
 		{"MinimumThroughput negative", Options{CircuitBreaker: CircuitBreakerOptions{MinimumThroughput: -1}}, "CircuitBreaker.MinimumThroughput", ""},
 		{"MaxRetries negative", Options{Retry: RetryOptions{MaxRetries: -1}}, "Retry.MaxRetries", "Disabled"},
-		{"Delay negative", Options{Retry: RetryOptions{Delay: -time.Second}}, "Retry.Delay", ""},
 		{"MaxDelay negative", Options{Retry: RetryOptions{MaxDelay: -time.Second}}, "Retry.MaxDelay", ""},
 		{"MaxRetryAfter negative", Options{Retry: RetryOptions{MaxRetryAfter: -time.Second}}, "Retry.MaxRetryAfter", ""},
 		{"SamplingDuration negative", Options{CircuitBreaker: CircuitBreakerOptions{SamplingDuration: -time.Second}}, "CircuitBreaker.SamplingDuration", ""},
@@ -108,6 +107,10 @@ func TestOptionsValid(t *testing.T) {
 			CircuitBreaker: CircuitBreakerOptions{Disabled: true},
 		}},
 		{"every backoff", Options{Retry: RetryOptions{Backoff: BackoffLinear}}},
+		{"no delay", Options{Retry: RetryOptions{Delay: -1}}},
+		{"no delay, linear", Options{Retry: RetryOptions{Delay: -time.Second, Backoff: BackoffLinear}}},
+		{"no delay, MaxDelay set", Options{Retry: RetryOptions{Delay: -1, MaxDelay: time.Second}}},
+		{"DelayFunc", Options{Retry: RetryOptions{DelayFunc: func(DelayInfo) time.Duration { return 0 }}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -240,4 +243,23 @@ func TestOptionsBackoffString(t *testing.T) {
 	assert.Equal(t, "linear", BackoffLinear.String())
 	assert.Equal(t, "constant", BackoffConstant.String())
 	assert.Equal(t, "BackoffType(7)", BackoffType(7).String())
+}
+
+// A negative Retry.Delay means no delay: it stays negative, and MaxDelay,
+// which only caps computed delays, is accepted and has nothing to cap.
+func TestOptionsNegativeDelayMeansNoDelay(t *testing.T) {
+	for _, r := range []RetryOptions{
+		{Delay: -1},
+		{Delay: -time.Second, MaxDelay: 5 * time.Second, Backoff: BackoffConstant},
+	} {
+		cfg, err := resolve(Options{Retry: r})
+		require.NoError(t, err)
+		assert.Equal(t, r.Delay, cfg.Retry.Delay, "kept, not replaced by the default")
+		assert.Positive(t, cfg.Retry.MaxDelay)
+		assert.Zero(t, newBackOff(cfg.Retry).NextBackOff())
+	}
+	// MaxDelay is still checked for itself.
+	_, err := resolve(Options{Retry: RetryOptions{Delay: -1, MaxDelay: -1}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "invalid option Retry.MaxDelay (-1ns): must not be negative")
 }

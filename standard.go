@@ -106,7 +106,7 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		if !c.repeatable || n > cfg.Retry.MaxRetries || !c.body.replayable() || !c.retryable {
 			return c.result(resp, err)
 		}
-		wait, ok := c.nextDelay(resp)
+		wait, ok := c.nextDelay(n, resp, err)
 		if !ok {
 			return c.result(resp, err) // the wait asked for does not fit: answer now
 		}
@@ -165,25 +165,34 @@ func (c *call) result(resp *http.Response, err error) (*http.Response, error) {
 	return nil, c.errorf(nil, err, "")
 }
 
-// nextDelay returns how long to wait before the next attempt, and false
-// when that wait is not worth making: a Retry-After beyond MaxRetryAfter,
-// or any wait that would end past the call's deadline, the earlier of the
-// total timeout and the request context's own deadline (http.Client.Timeout
-// is one).
-func (c *call) nextDelay(resp *http.Response) (time.Duration, bool) {
+// nextDelay returns how long to wait before retry n, which follows the
+// attempt that ended with resp and err, and false when that wait is not
+// worth making: a Retry-After beyond MaxRetryAfter, or any wait that would
+// end past the call's deadline, the earlier of the total timeout and the
+// request context's own deadline (http.Client.Timeout is one). A
+// Retry-After honoured wins over DelayFunc, which wins over the computed
+// delay.
+func (c *call) nextDelay(n int, resp *http.Response, err error) (time.Duration, bool) {
 	r := c.h.cfg.Retry
 	if c.delays == nil {
 		c.delays = newBackOff(r)
 	}
 	wait := min(c.delays.NextBackOff(), r.MaxDelay)
 	now := time.Now()
+	honoured := false
 	if !r.IgnoreRetryAfter {
 		if d, ok := retryAfter(resp, now); ok {
 			if r.MaxRetryAfter > 0 && d > r.MaxRetryAfter {
 				return 0, false
 			}
+			wait, honoured = d, true
+		}
+	}
+	if f := r.DelayFunc; f != nil && !honoured {
+		if d := f(DelayInfo{Retry: n, Delay: wait, Response: resp, Err: err, Request: c.req}); d >= 0 {
 			wait = d
 		}
+		now = time.Now() // the function's own time counts against the deadline
 	}
 	deadline := c.totalAt
 	if d, ok := c.req.Context().Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
