@@ -212,9 +212,13 @@ type RetryOptions struct {
 	MaxRetryAfter time.Duration
 
 	// ShouldRetry, when set, replaces IsTransient in deciding which
-	// outcomes are retried. The method rule, caller cancellation and the
-	// total timeout still apply.
-	ShouldRetry func(*http.Response, error) bool
+	// outcomes are retried (and, with hedging, which do not win). It gets
+	// the caller's request, so that it can decide per request (it must not
+	// modify or keep it), and the attempt's response or error. The method
+	// rule, the caller's cancellation and deadline, the total timeout and
+	// the request's own failures still apply first. It must be safe for
+	// concurrent use, and must not read or close the response body.
+	ShouldRetry func(req *http.Request, resp *http.Response, err error) bool
 
 	// DelayFunc, when set, decides how long to wait before each retry,
 	// as Polly's DelayGenerator and go-retryablehttp's Backoff do. It is

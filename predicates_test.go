@@ -190,3 +190,33 @@ func TestIsTransientBrokenConnectionRetried(t *testing.T) {
 	assert.EqualValues(t, 3, hits.Load())
 	assert.Contains(t, err.Error(), "after 3 attempts")
 }
+
+// Issue 13: ShouldRetry decides per request: it sees the caller's request
+// (here a header the caller set) with the attempt's outcome.
+func TestShouldRetrySeesTheRequest(t *testing.T) {
+	up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		w.WriteHeader(http.StatusConflict) // not transient: retried only if ShouldRetry says so
+	})
+	var seen atomic.Int64
+	c := newTestClient(t, Options{Retry: RetryOptions{
+		MaxRetries: 2, Delay: time.Millisecond, NoJitter: true,
+		ShouldRetry: func(req *http.Request, resp *http.Response, err error) bool {
+			seen.Add(1)
+			return err == nil && resp.StatusCode == http.StatusConflict && req.Header.Get("X-Retry-Conflicts") == "yes"
+		},
+	}})
+	for _, tc := range []struct {
+		header   string
+		attempts int64
+	}{{"yes", 3}, {"", 1}} {
+		c.attempts.n.Store(0)
+		req := newTestRequest(t, context.Background(), http.MethodGet, up.URL(), nil)
+		req.Header.Set("X-Retry-Conflicts", tc.header)
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		readBody(t, resp)
+		assert.Equal(t, http.StatusConflict, resp.StatusCode)
+		assert.Equal(t, tc.attempts, c.attempts.n.Load(), "header %q", tc.header)
+	}
+	assert.EqualValues(t, 4, seen.Load())
+}

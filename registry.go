@@ -15,7 +15,7 @@ type Handlers struct {
 
 // Handlers builds a Handler for every upstream of c. When configure is not
 // nil it is called first with each upstream's name and Options, to set what
-// a configuration file cannot hold: Logger, OnEvent, ShouldRetry.
+// a configuration file cannot hold: Logger, OnEvent, ShouldRetry, DelayFunc.
 func (c Config) Handlers(configure func(name string, o *Options)) (*Handlers, error) {
 	if len(c.Upstreams) == 0 {
 		return nil, fmt.Errorf("resilience: config: no upstream is configured")

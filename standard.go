@@ -339,7 +339,7 @@ func (c *call) judge(first bool, resp *http.Response, err error) (retryable bool
 	}
 	retryable = transient
 	if f := cfg.Retry.ShouldRetry; f != nil {
-		retryable = f(resp, err)
+		retryable = f(c.req, resp, err)
 	}
 	if b := c.s.breaker; b != nil {
 		failed := transient
