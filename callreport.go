@@ -49,13 +49,13 @@ func (c *call) totalTimeout(cause error) error {
 	return c.errorf(ErrTotalTimeout, cause, "of %v", c.totalLimit)
 }
 
-// attemptEnded reports attempt n, begun at start, to observers: its status,
-// or its error, or the deadline that cut it short.
-func (c *call) attemptEnded(n int, start time.Time, resp *http.Response, err, deadline error) {
+// attemptEnded reports attempt n, begun at start after waiting delay, to
+// observers: its status, or its error, or the deadline that cut it short.
+func (c *call) attemptEnded(n int, start time.Time, delay time.Duration, resp *http.Response, err, deadline error) {
 	if !c.h.observed() {
 		return
 	}
-	e := Event{Kind: EventAttempt, Attempt: n, Duration: time.Since(start), Err: err}
+	e := Event{Kind: EventAttempt, Attempt: n, Delay: delay, Duration: time.Since(start), Err: err}
 	switch {
 	case deadline != nil:
 		e.Err = deadline

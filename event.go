@@ -75,7 +75,7 @@ type Event struct {
 	Kind       EventKind     // what happened
 	Method     string        // the request's method, for events about a call
 	Attempt    int           // the attempt it concerns, counting from 1; for EventCall, how many were made
-	Delay      time.Duration // for EventRetry, the wait before the next attempt
+	Delay      time.Duration // for EventRetry, the wait before the next attempt; for EventAttempt, the wait before this one (for a hedge, how long after the previous attempt it went)
 	Duration   time.Duration // for EventAttempt and EventCall, how long it took
 	StatusCode int           // the response status it concerns, if any
 	Err        error         // the error it concerns, if any; for EventCircuitOpened, why

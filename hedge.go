@@ -67,7 +67,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 	results := make(chan hedgeOutcome, 1+hedges)
 	var attempts []*hedgeAttempt
 	running := 0
-	launch := func() error {
+	launch := func(delay time.Duration) error {
 		body, getBody, err := c.body.next()
 		if err != nil {
 			return err
@@ -78,7 +78,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		c.attempts++ // taken back if the circuit refuses it
 		running++
 		go func() {
-			results <- c.hedgeAttempt(actx, acancel, n, body, getBody)
+			results <- c.hedgeAttempt(actx, acancel, n, delay, body, getBody)
 		}()
 		return nil
 	}
@@ -104,7 +104,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 			return false
 		}
 		c.emit(Event{Kind: EventHedge, Attempt: len(attempts) + 1, Delay: delay})
-		if err := launch(); err != nil {
+		if err := launch(delay); err != nil {
 			if b := c.h.budget; b != nil {
 				b.release()
 			}
@@ -113,7 +113,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		return true
 	}
 
-	if err := launch(); err != nil {
+	if err := launch(0); err != nil {
 		return nil, c.errorf(nil, err, "")
 	}
 	var timer *time.Timer
@@ -178,7 +178,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 // hedgeAttempt is one attempt of a hedged call, in its own goroutine: under
 // the circuit breaker and the attempt deadline, on its own context. It
 // touches nothing of the call that the main goroutine writes.
-func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc, n int, body io.ReadCloser, getBody func() (io.ReadCloser, error)) hedgeOutcome {
+func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc, n int, delay time.Duration, body io.ReadCloser, getBody func() (io.ReadCloser, error)) hedgeOutcome {
 	// A hedge (n > 1) claimed a budget token; an outcome that is not
 	// judged settles the claim here.
 	settle := func() {
@@ -219,7 +219,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 	if cause == ErrAttemptTimeout || cause == ErrTotalTimeout {
 		cutBy = cause
 	}
-	c.attemptEnded(n, start, resp, err, cutBy)
+	c.attemptEnded(n, start, delay, resp, err, cutBy)
 	switch {
 	case cause == ErrAttemptTimeout:
 		if resp != nil {

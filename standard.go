@@ -39,6 +39,7 @@ type retrying struct {
 	retryable  bool // the last attempt failed in a way the retry layer retries
 	prepared   bool // body.prepare has run
 	delays     backoff.BackOff
+	waited     time.Duration // the wait before the current attempt
 }
 
 func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Response, error) {
@@ -119,6 +120,7 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 			return c.result(resp, err)
 		}
 		wakeAt := time.Now().Add(wait)
+		c.waited = wait
 		if c.h.observed() || c.wantsReport() {
 			e := Event{Kind: EventRetry, Attempt: n, Delay: wait, Err: err}
 			if resp != nil {
@@ -281,7 +283,7 @@ func (c *call) attempt(now time.Time) (resp *http.Response, err error, final boo
 	c.start(cancel, now)
 	resp, err = c.base.RoundTrip(r)
 	fired := c.headers()
-	c.attemptEnded(c.attempts, now, resp, err, fired)
+	c.attemptEnded(c.attempts, now, c.waited, resp, err, fired)
 
 	switch {
 	case fired == ErrTotalTimeout:
