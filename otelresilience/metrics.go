@@ -1,5 +1,7 @@
 // Package otelresilience records the events of resilience handlers as
-// OpenTelemetry metrics, on a MeterProvider the caller supplies.
+// OpenTelemetry metrics, on a MeterProvider the caller supplies, and, with
+// WithTracerProvider, each attempt of a call as a span on the caller's trace
+// (see tracing.go's doc for the spans and events, and why spans).
 //
 // Wire it in once per process and once per handler:
 //
@@ -95,6 +97,7 @@ import (
 	"sync"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/resilienthttp/resilience"
 )
@@ -112,7 +115,9 @@ var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
 // It is safe for concurrent use. Make one per MeterProvider and share it
 // among handlers: each handler's events carry its name.
 type Metrics struct {
-	hosts bool // record the host attributes
+	hosts         bool         // record the host attributes
+	tracer        trace.Tracer // nil without WithTracerProvider
+	attemptEvents bool         // attempts as span events, not spans
 
 	events   metric.Int64Counter
 	attempts metric.Float64Histogram
@@ -132,7 +137,11 @@ type Metrics struct {
 // An Option configures New.
 type Option interface{ apply(*config) }
 
-type config struct{ hosts bool }
+type config struct {
+	hosts         bool
+	tp            trace.TracerProvider
+	attemptEvents bool
+}
 
 type optionFunc func(*config)
 
@@ -162,7 +171,10 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 		}
 	}
 	meter := mp.Meter(ScopeName)
-	m := &Metrics{hosts: cfg.hosts}
+	m := &Metrics{hosts: cfg.hosts, attemptEvents: cfg.attemptEvents}
+	if cfg.tp != nil {
+		m.tracer = cfg.tp.Tracer(ScopeName)
+	}
 	var errs [4]error
 	m.events, errs[0] = meter.Int64Counter("resilience.events",
 		metric.WithUnit("{event}"),
@@ -190,19 +202,26 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 }
 
 // OnEvent records e. It is an Options.OnEvent; Instrument sets it there.
+// Measurements are recorded with the request's context, so that an
+// exemplar can point at the caller's trace.
 func (m *Metrics) OnEvent(e resilience.Event) {
-	ctx := context.Background()
+	ctx := e.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	k := m.key(&e)
 	switch e.Kind {
 	case resilience.EventAttempt:
-		k := m.key(&e)
 		k.attempt = e.Attempt
 		m.attempts.Record(ctx, e.Duration.Seconds(), m.attemptSets.get(k, attemptSet).record...)
 	case resilience.EventCall:
-		m.calls.Record(ctx, e.Duration.Seconds(), m.callSets.get(m.key(&e), callSet).record...)
+		m.calls.Record(ctx, e.Duration.Seconds(), m.callSets.get(k, callSet).record...)
 	default:
-		k := m.key(&e)
 		k.kind = e.Kind
 		m.events.Add(ctx, 1, m.eventSets.get(k, eventSet).add...)
+	}
+	if m.tracer != nil {
+		m.trace(&e, k)
 	}
 }
 
