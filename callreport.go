@@ -11,7 +11,7 @@ import (
 
 // ended reports the call's outcome to observers, if any.
 func (c *call) ended(start time.Time, resp *http.Response, err error) {
-	if c.h.observed() {
+	if c.cfg.observed() {
 		e := Event{Kind: EventCall, Attempt: c.attempts, Duration: time.Since(start), Err: err}
 		if resp != nil {
 			e.StatusCode = resp.StatusCode
@@ -24,8 +24,8 @@ func (c *call) ended(start time.Time, resp *http.Response, err error) {
 func (c *call) rejected(reason error) error {
 	c.emit(Event{Kind: EventCircuitRejected, Attempt: c.attempts + 1, Err: reason})
 	detail := ""
-	if c.s.breaker != nil && !c.h.isolated.Load() {
-		if d := c.s.breaker.RemainingDelay(); d > 0 {
+	if b := c.s.breaker(); b != nil && !c.h.isolated.Load() {
+		if d := c.s.remainingBreak(b); d > 0 {
 			detail = fmt.Sprintf("for another %v", d.Round(time.Millisecond))
 		}
 	}
@@ -43,7 +43,7 @@ func (c *call) totalTimeout(cause error) error {
 // attemptEnded reports attempt n, begun at start, to observers: its status,
 // or its error, or the deadline that cut it short.
 func (c *call) attemptEnded(n int, start time.Time, resp *http.Response, err, deadline error) {
-	if !c.h.observed() {
+	if !c.cfg.observed() {
 		return
 	}
 	e := Event{Kind: EventAttempt, Attempt: n, Duration: time.Since(start), Err: err}
@@ -58,16 +58,16 @@ func (c *call) attemptEnded(n int, start time.Time, resp *http.Response, err, de
 
 // emit sends an event about this call.
 func (c *call) emit(e Event) {
-	if !c.h.observed() {
+	if !c.cfg.observed() {
 		return
 	}
 	e.Method, e.Host = c.req.Method, c.s.host
 	if e.Attempt == 0 && e.Kind != EventCall {
 		e.Attempt = c.attempts
 	}
-	c.h.emit(e)
+	c.cfg.emit(e)
 }
 
 func (c *call) errorf(kind, cause error, format string, args ...any) error {
-	return &callError{handler: c.h.cfg.Name, kind: kind, attempts: c.attempts, detail: fmt.Sprintf(format, args...), cause: cause}
+	return &callError{handler: c.cfg.Name, kind: kind, attempts: c.attempts, detail: fmt.Sprintf(format, args...), cause: cause}
 }
