@@ -368,3 +368,57 @@ func ExampleRetryBudgetOptions() {
 	fmt.Println("attempts:", calls.Load(), "refusals:", refused.Load())
 	// Output: attempts: 15 refusals: 9
 }
+
+// A reloaded configuration applied to the running handlers: the changed
+// upstream keeps its handler (and its circuit, limits and budget) and
+// retries less from the next call, the new one gets a handler, and the
+// removed one keeps serving whoever holds its transport.
+func ExampleHandlers_Apply() {
+	var attempts atomic.Int32
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		attempts.Add(1)
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	}))
+	defer upstream.Close()
+
+	load := func(file string) resilience.Config {
+		cfg, err := resilience.LoadConfig(strings.NewReader(file))
+		if err != nil {
+			panic(err)
+		}
+		return cfg
+	}
+	handlers, err := load(`{"upstreams": {
+		"pricing": {"retry": {"maxRetries": 3, "delay": "1ms"}},
+		"legacy":  {}
+	}}`).Handlers(nil)
+	if err != nil {
+		panic(err)
+	}
+	pricing, _ := handlers.Transport("pricing", nil)
+	defer pricing.CloseIdleConnections()
+	get := func() {
+		attempts.Store(0)
+		resp, err := (&http.Client{Transport: pricing}).Get(upstream.URL)
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		fmt.Println(resp.StatusCode, "after", attempts.Load(), "attempts")
+	}
+	get()
+
+	changes, err := handlers.Apply(load(`{"upstreams": {
+		"pricing": {"retry": {"maxRetries": 1, "delay": "1ms"}},
+		"carrier": {}
+	}}`), nil)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("added", changes.Added, "removed", changes.Removed, "changed", changes.Changed)
+	get()
+	// Output:
+	// 503 after 4 attempts
+	// added [carrier] removed [legacy] changed map[pricing:[retry.maxRetries]]
+	// 503 after 2 attempts
+}
