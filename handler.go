@@ -12,7 +12,8 @@ import (
 // upstream so that they share its state.
 //
 // With Options.PerHost, every authority (scheme://host:port) the Handler
-// sees gets a circuit breaker and limits of its own.
+// sees gets a circuit breaker and limits of its own. Update changes its
+// options while it runs, keeping that state.
 type Handler struct {
 	cfg atomic.Pointer[config] // the current options; each call loads them once (live.go)
 	mu  sync.Mutex             // serialises Update
