@@ -10,50 +10,51 @@ import (
 
 // admission is a call's hold on its host's concurrency limit.
 type admission struct {
-	permit bool // holds a bulkhead permit
-	queued bool // waited in the admission queue
+	permit *policies // those whose bulkhead the call holds a permit of, if any
 }
 
 // admit takes a concurrency permit, waiting in the queue if there is room
-// there, and a rate permit.
-func (c *call) admit() error {
-	h, s := c.h, c.s
-	if s.bulkhead != nil {
-		if !s.bulkhead.TryAcquirePermit() {
-			if err := c.queue(); err != nil {
-				return err
+// there, and a rate permit, and reports whether the call waited. The permit
+// is given back to the bulkhead it came from, even if an Update has
+// replaced that bulkhead since.
+func (c *call) admit() (queued bool, err error) {
+	p := c.s.policies.Load()
+	if bh := p.bulkhead; bh != nil {
+		if !bh.TryAcquirePermit() {
+			if err := c.queue(bh); err != nil {
+				return false, err
 			}
+			queued = true
 		}
-		c.permit = true
+		c.permit = p
 	}
-	if s.limiter != nil && !s.limiter.TryAcquirePermit() {
+	if p.limiter != nil && !p.limiter.TryAcquirePermit() {
 		c.releasePermit()
 		c.emit(Event{Kind: EventRateLimited})
-		return c.errorf(ErrRateLimited, nil, "over %g requests per second", h.cfg.RateLimit.RequestsPerSecond)
+		return false, c.errorf(ErrRateLimited, nil, "over %g requests per second", p.rl.RequestsPerSecond)
 	}
-	return nil
+	return queued, nil
 }
 
-func (c *call) queue() error {
-	h, s := c.h, c.s
+func (c *call) queue(bh bulkhead.Bulkhead[any]) error {
+	s := c.s
 	reject := func(detail string, cause error) error {
 		c.emit(Event{Kind: EventRateLimited, Err: cause})
 		return c.errorf(ErrRateLimited, cause, "%s", detail)
 	}
-	max := int64(h.cfg.RateLimit.MaxQueue)
+	max := int64(c.cfg.RateLimit.MaxQueue)
 	defer s.queued.Add(-1)
 	if s.queued.Add(1) > max {
-		return reject(fmt.Sprintf("%d calls in flight and %d queued", h.cfg.RateLimit.MaxConcurrent, max), nil)
+		return reject(fmt.Sprintf("%d calls in flight and %d queued", c.cfg.RateLimit.MaxConcurrent, max), nil)
 	}
 	var err error
 	if c.totalAt.IsZero() {
-		err = s.bulkhead.AcquirePermit(c.req.Context())
+		err = bh.AcquirePermit(c.req.Context())
 	} else {
-		err = s.bulkhead.AcquirePermitWithMaxWait(c.req.Context(), time.Until(c.totalAt))
+		err = bh.AcquirePermitWithMaxWait(c.req.Context(), time.Until(c.totalAt))
 	}
 	switch {
 	case err == nil:
-		c.queued = true
 		return nil
 	case errors.Is(err, bulkhead.ErrFull):
 		return reject("queued for admission until the total timeout", ErrTotalTimeout)
@@ -62,8 +63,8 @@ func (c *call) queue() error {
 }
 
 func (c *call) releasePermit() {
-	if c.permit {
-		c.permit = false
-		c.s.bulkhead.ReleasePermit()
+	if p := c.permit; p != nil {
+		c.permit = nil
+		p.bulkhead.ReleasePermit()
 	}
 }

@@ -231,13 +231,13 @@ func TestAdmissionRequestsPerSecond(t *testing.T) {
 // by taking all the free ones and giving them back.
 func admHeldPermits(h *Handler) int {
 	free := 0
-	for h.shared.bulkhead.TryAcquirePermit() {
+	for h.shared.policies.Load().bulkhead.TryAcquirePermit() {
 		free++
 	}
 	for i := 0; i < free; i++ {
-		h.shared.bulkhead.ReleasePermit()
+		h.shared.policies.Load().bulkhead.ReleasePermit()
 	}
-	return h.cfg.RateLimit.MaxConcurrent - free
+	return h.cfg.Load().RateLimit.MaxConcurrent - free
 }
 
 func TestAdmissionBurst(t *testing.T) {

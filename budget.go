@@ -36,21 +36,28 @@ import (
 // 9% of attempts failed, exactly where they help (measured in bench/,
 // donoharm experiment).
 //
-// Tokens are kept in thousandths, in one atomic integer.
+// Tokens are kept in thousandths, in one atomic integer. The parameters are
+// atomic too, so that Handler.Update can change them while calls run.
 type retryBudget struct {
-	max, ratio, reward int64 // thousandths of a token
+	max, ratio, reward atomic.Int64 // thousandths of a token
 	tokens             atomic.Int64
 	inflight           atomic.Int64 // retries sent whose outcome is not recorded yet
 }
 
 func newRetryBudget(maxTokens, ratio, reward float64) *retryBudget {
-	b := &retryBudget{
-		max:    int64(math.Round(maxTokens * 1000)),
-		ratio:  int64(math.Round(ratio * 1000)),
-		reward: int64(math.Round(reward * 1000)),
-	}
-	b.tokens.Store(b.max)
+	b := &retryBudget{}
+	b.set(maxTokens, ratio, reward)
+	b.tokens.Store(b.max.Load())
 	return b
+}
+
+// set changes the budget's parameters, keeping its tokens (at most the new
+// maximum) and its claims.
+func (b *retryBudget) set(maxTokens, ratio, reward float64) {
+	b.max.Store(int64(math.Round(maxTokens * 1000)))
+	b.ratio.Store(int64(math.Round(ratio * 1000)))
+	b.reward.Store(int64(math.Round(reward * 1000)))
+	b.add(0) // within the new maximum
 }
 
 // allow reports whether a retry or hedge may be made now: whether a token
@@ -91,13 +98,13 @@ func (b *retryBudget) record(first, failed bool) {
 	}
 	switch {
 	case first && !failed:
-		b.add(b.ratio)
+		b.add(b.ratio.Load())
 	case first:
 		// A first attempt's failure costs nothing: only retries spend.
 	case failed:
 		b.add(-1000)
 	default:
-		b.add(b.reward)
+		b.add(b.reward.Load())
 	}
 }
 
@@ -106,7 +113,7 @@ func (b *retryBudget) record(first, failed bool) {
 func (b *retryBudget) add(d int64) {
 	for {
 		t := b.tokens.Load()
-		n := min(b.max, max(0, t+d))
+		n := min(b.max.Load(), max(0, t+d))
 		if n == t || b.tokens.CompareAndSwap(t, n) {
 			return
 		}

@@ -17,7 +17,7 @@ func (c *call) ended(start time.Time, resp *http.Response, err error) {
 		r.Attempts = c.attempts
 		r.Endpoint = keyOf(c.req.URL).String()
 	}
-	if c.h.observed() {
+	if c.cfg.observed() {
 		e := Event{Kind: EventCall, Attempt: c.attempts, Duration: time.Since(start), Err: err}
 		if resp != nil {
 			e.StatusCode = resp.StatusCode
@@ -33,8 +33,8 @@ func (c *call) wantsReport() bool { return c.over != nil && c.over.report != nil
 func (c *call) rejected(reason error) error {
 	c.emit(Event{Kind: EventCircuitRejected, Attempt: c.attempts + 1, Err: reason})
 	detail := ""
-	if c.s.breaker != nil && !c.h.isolated.Load() {
-		if d := c.s.breaker.RemainingDelay(); d > 0 {
+	if b := c.s.breaker(); b != nil && !c.h.isolated.Load() {
+		if d := c.s.remainingBreak(b); d > 0 {
 			detail = fmt.Sprintf("for another %v", d.Round(time.Millisecond))
 		}
 	}
@@ -52,7 +52,7 @@ func (c *call) totalTimeout(cause error) error {
 // attemptEnded reports attempt n, begun at start after waiting delay, to
 // observers: its status, or its error, or the deadline that cut it short.
 func (c *call) attemptEnded(n int, start time.Time, delay time.Duration, resp *http.Response, err, deadline error) {
-	if !c.h.observed() {
+	if !c.cfg.observed() {
 		return
 	}
 	e := Event{Kind: EventAttempt, Attempt: n, Delay: delay, Duration: time.Since(start), Err: err}
@@ -70,16 +70,16 @@ func (c *call) emit(e Event) {
 	if c.wantsReport() {
 		c.over.report.note(e)
 	}
-	if !c.h.observed() {
+	if !c.cfg.observed() {
 		return
 	}
 	e.Method, e.Host, e.Context, e.req = c.req.Method, c.s.host, c.req.Context(), c.req
 	if e.Attempt == 0 && e.Kind != EventCall {
 		e.Attempt = c.attempts
 	}
-	c.h.emit(e)
+	c.cfg.emit(e)
 }
 
 func (c *call) errorf(kind, cause error, format string, args ...any) error {
-	return &callError{handler: c.h.cfg.Name, kind: kind, attempts: c.attempts, detail: fmt.Sprintf(format, args...), cause: cause}
+	return &callError{handler: c.cfg.Name, kind: kind, attempts: c.attempts, detail: fmt.Sprintf(format, args...), cause: cause}
 }

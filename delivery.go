@@ -13,8 +13,8 @@ import (
 type delivery struct {
 	done     bool          // the call has ended; guarded by mu
 	reported bool          // the total timeout while reading the body was emitted; guarded by mu
-	rc       io.ReadCloser // the returned response's body
 	rcClosed atomic.Bool   // rc has been closed
+	rc       io.ReadCloser // the returned response's body
 }
 
 // errDrainTimeout cuts short the draining of a retried response.

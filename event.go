@@ -114,27 +114,32 @@ func (k EventKind) defaultLevel() slog.Level {
 	return slog.LevelError
 }
 
-func (h *Handler) observed() bool { return h.cfg.OnEvent != nil || h.cfg.Logger != nil }
+// emit sends an event that concerns no call (the circuit's) to the
+// handler's current observers. A call's events go to the observers of the
+// options it started under (call.emit).
+func (h *Handler) emit(e Event) { h.cfg.Load().emit(e) }
 
-func (h *Handler) emit(e Event) {
-	if !h.observed() {
+func (cfg *config) observed() bool { return cfg.OnEvent != nil || cfg.Logger != nil }
+
+func (cfg *config) emit(e Event) {
+	if !cfg.observed() {
 		return
 	}
-	e.Handler = h.cfg.Name
-	if h.cfg.OnEvent != nil {
-		h.cfg.OnEvent(e)
+	e.Handler = cfg.Name
+	if cfg.OnEvent != nil {
+		cfg.OnEvent(e)
 	}
-	if h.cfg.Logger != nil {
-		h.log(e)
+	if cfg.Logger != nil {
+		cfg.log(e)
 	}
 }
 
-func (h *Handler) log(e Event) {
-	lvl, ok := h.cfg.LogLevels[e.Kind]
+func (cfg *config) log(e Event) {
+	lvl, ok := cfg.LogLevels[e.Kind]
 	if !ok {
 		lvl = e.Kind.defaultLevel()
 	}
-	l := h.cfg.Logger
+	l := cfg.Logger
 	ctx := e.Context
 	if ctx == nil {
 		ctx = context.Background()

@@ -369,10 +369,60 @@ func ExampleRetryBudgetOptions() {
 	// Output: attempts: 15 refusals: 9
 }
 
-// DelayFunc decides how long each retry waits. Here a retry after a
-// connection failure goes at once (a dropped keep-alive connection is
-// worth one more try straight away), and the others wait the computed
-// backoff, halved for GETs marked urgent by their caller. A Retry-After
+// A reloaded configuration applied to the running handlers: the changed
+// upstream keeps its handler (and its circuit, limits and budget) and
+// retries less from the next call, the new one gets a handler, and the
+// removed one keeps serving whoever holds its transport.
+func ExampleHandlers_Apply() {
+	var attempts atomic.Int32
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		attempts.Add(1)
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	}))
+	defer upstream.Close()
+
+	load := func(file string) resilience.Config {
+		cfg, err := resilience.LoadConfig(strings.NewReader(file))
+		if err != nil {
+			panic(err)
+		}
+		return cfg
+	}
+	handlers, err := load(`{"upstreams": {
+		"pricing": {"retry": {"maxRetries": 3, "delay": "1ms"}},
+		"legacy":  {}
+	}}`).Handlers(nil)
+	if err != nil {
+		panic(err)
+	}
+	pricing, _ := handlers.Transport("pricing", nil)
+	defer pricing.CloseIdleConnections()
+	get := func() {
+		attempts.Store(0)
+		resp, err := (&http.Client{Transport: pricing}).Get(upstream.URL)
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		fmt.Println(resp.StatusCode, "after", attempts.Load(), "attempts")
+	}
+	get()
+
+	changes, err := handlers.Apply(load(`{"upstreams": {
+		"pricing": {"retry": {"maxRetries": 1, "delay": "1ms"}},
+		"carrier": {}
+	}}`), nil)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("added", changes.Added, "removed", changes.Removed, "changed", changes.Changed)
+	get()
+	// Output:
+	// 503 after 4 attempts
+	// added [carrier] removed [legacy] changed map[pricing:[retry.maxRetries]]
+	// 503 after 2 attempts
+}
+
 // the server sends would win over it.
 func ExampleRetryOptions_delayFunc() {
 	var calls atomic.Int32
@@ -423,7 +473,6 @@ func ExampleRetryOptions_delayFunc() {
 	// 200 hello
 }
 
-// A caller that wants to know what happened to its call, without an event
 // hook, asks for a Report through the request's context.
 func ExampleWithReport() {
 	var calls atomic.Int32

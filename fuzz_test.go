@@ -76,7 +76,7 @@ func FuzzOptions(f *testing.F) {
 			}
 			return
 		}
-		c := h.cfg
+		c := h.cfg.Load()
 		switch {
 		case !(c.CircuitBreaker.FailureRatio > 0 && c.CircuitBreaker.FailureRatio <= 1):
 			t.Fatalf("accepted FailureRatio %v", c.CircuitBreaker.FailureRatio)

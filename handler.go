@@ -12,14 +12,16 @@ import (
 // upstream so that they share its state.
 //
 // With Options.PerHost, every authority (scheme://host:port) the Handler
-// sees gets a circuit breaker and limits of its own.
+// sees gets a circuit breaker and limits of its own. Update changes its
+// options while it runs, keeping that state.
 type Handler struct {
-	cfg *config
+	cfg atomic.Pointer[config] // the current options; each call loads them once (live.go)
+	mu  sync.Mutex             // serialises Update
 
 	shared *hostState // the state of every call; nil with PerHost
 	hosts  *hostTable // a state per authority; nil without PerHost
 
-	budget   *retryBudget // nil when disabled
+	budget   *retryBudget // kept while RetryBudget.Disabled, so that Update can turn it on and off
 	timers   sync.Pool    // *timerSlot, reused from call to call
 	isolated atomic.Bool
 }
@@ -31,11 +33,11 @@ func NewHandler(opts Options) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{cfg: cfg}
+	h := &Handler{}
+	h.cfg.Store(cfg)
 	h.timers.New = newTimerSlot
-	if rb := cfg.RetryBudget; !rb.Disabled {
-		h.budget = newRetryBudget(rb.MaxTokens, rb.TokenRatio, rb.RetrySuccessTokens)
-	}
+	rb := cfg.RetryBudget
+	h.budget = newRetryBudget(rb.MaxTokens, rb.TokenRatio, rb.RetrySuccessTokens)
 	if cfg.PerHost.Enabled {
 		h.hosts = newHostTable(h)
 	} else {
@@ -45,7 +47,7 @@ func NewHandler(opts Options) (*Handler, error) {
 }
 
 // Name returns the handler's name, as used in errors, events and logs.
-func (h *Handler) Name() string { return h.cfg.Name }
+func (h *Handler) Name() string { return h.cfg.Load().Name }
 
 // Transport returns an http.RoundTripper that sends requests through base
 // (http.DefaultTransport when nil) under this handler. Transports of one
@@ -139,8 +141,7 @@ func (h *Handler) CloseCircuit() {
 		states = h.hosts.all()
 	}
 	for _, s := range states {
-		if s.breaker != nil && !s.breaker.IsClosed() {
-			s.breaker.Close() // the OnClose listener emits the event
+		if s.closeBreaker() {
 			closed = true
 		}
 	}

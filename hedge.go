@@ -45,7 +45,7 @@ type hedgeAttempt struct {
 }
 
 func (c *call) hedge(now time.Time) (*http.Response, error) {
-	cfg := c.h.cfg
+	cfg := c.cfg
 	if err := c.callerLeft(); err != nil {
 		return nil, c.errorf(nil, err, "") // the caller left: say so, not what the circuit would have said
 	}
@@ -92,10 +92,10 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		if len(attempts) > hedges || c.h.isolated.Load() {
 			return false
 		}
-		if c.s.breaker != nil && c.s.circuit.Load() != int32(CircuitClosed) {
+		if c.s.breaker() != nil && c.s.circuit.Load() != int32(CircuitClosed) {
 			return false // an open or probing circuit gets no extra load
 		}
-		if b := c.h.budget; b != nil && !b.claim() {
+		if b := c.budget(); b != nil && !b.claim() {
 			if !reported {
 				reported = true
 				c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(attempts) + 1, Err: b.refusal(nil)})
@@ -105,7 +105,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		}
 		c.emit(Event{Kind: EventHedge, Attempt: len(attempts) + 1, Delay: delay})
 		if err := launch(delay); err != nil {
-			if b := c.h.budget; b != nil {
+			if b := c.budget(); b != nil {
 				b.release()
 			}
 			return false
@@ -182,8 +182,8 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 	// A hedge (n > 1) claimed a budget token; an outcome that is not
 	// judged settles the claim here.
 	settle := func() {
-		if n > 1 && c.h.budget != nil {
-			c.h.budget.release()
+		if n > 1 && c.budget() != nil {
+			c.budget().release()
 		}
 	}
 	unsent := func() {

@@ -38,13 +38,13 @@ import (
 // was in, so meeting a new host costs O(1) amortised, however many hosts
 // are in use.
 type hostTable struct {
-	h         *Handler
-	max       int
-	idleAfter time.Duration
-	epoch     time.Time // stamps are durations since, on the monotonic clock
+	h     *Handler
+	epoch time.Time // stamps are durations since, on the monotonic clock
 
-	mu sync.RWMutex // guards m; held for writing to add or forget a host
-	m  map[hostKey]*hostState
+	mu        sync.RWMutex // guards m, max and idleAfter; held for writing to add or forget a host
+	m         map[hostKey]*hostState
+	max       int           // PerHost.MaxHosts
+	idleAfter time.Duration // PerHost.IdleTimeout
 
 	lru  sync.Mutex // guards idle, held and hostEntry's other fields; taken after mu
 	idle list.List  // *hostState, by the end of their last call, least recent first
@@ -65,8 +65,8 @@ type hostEntry struct {
 func newHostTable(h *Handler) *hostTable {
 	return &hostTable{
 		h:         h,
-		max:       h.cfg.PerHost.MaxHosts,
-		idleAfter: h.cfg.PerHost.IdleTimeout,
+		max:       h.cfg.Load().PerHost.MaxHosts,
+		idleAfter: h.cfg.Load().PerHost.IdleTimeout,
 		epoch:     time.Now(),
 		m:         make(map[hostKey]*hostState),
 	}

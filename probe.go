@@ -48,13 +48,20 @@ type probeGate struct {
 // it is closed: an attempt racing the circuit's opening goes through, as it
 // would have a moment earlier.
 func (s *hostState) admit() (probe uint64, refused error) {
-	b := s.breaker
-	if b == nil || s.circuit.Load() == int32(CircuitClosed) {
+	if s.circuit.Load() == int32(CircuitClosed) {
 		return 0, nil
 	}
 	g := &s.probe
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	p := s.policies.Load() // under g.mu: an Update replaces the breaker under it too
+	b := p.breaker
+	if b == nil {
+		return 0, nil
+	}
+	if t := s.breakUntil.Load(); t != nil && !time.Now().Before(*t) && b.State() == circuitbreaker.OpenState {
+		b.HalfOpen() // the break an Update carried is over
+	}
 	if b.TryAcquirePermit() {
 		if b.State() != circuitbreaker.HalfOpenState {
 			return 0, nil // closed since the listeners last said
@@ -67,12 +74,12 @@ func (s *hostState) admit() (probe uint64, refused error) {
 		}
 		return 0, errOpen
 	}
-	running, every := time.Since(g.since), s.h.cfg.CircuitBreaker.BreakDuration
+	running, every := time.Since(g.since), p.cb.breakDuration
 	if running < every {
 		return 0, &probingError{running: running, next: every - running, reason: s.failures.lastReason()}
 	}
 	// The probe in flight has had a whole BreakDuration: let another through.
-	s.rearmLocked()
+	s.rearmLocked(b)
 	if b.TryAcquirePermit() && b.State() == circuitbreaker.HalfOpenState {
 		return g.startLocked(), nil
 	}
@@ -86,15 +93,16 @@ func (g *probeGate) startLocked() uint64 {
 	return g.n
 }
 
-// rearmLocked takes the breaker out of half-open and back in, which gives
-// it a fresh permit, without the events of a new opening. The probe that
-// held the old permit may still report; its outcome then decides, as any
-// attempt's does while half-open. g.mu must be held.
-func (s *hostState) rearmLocked() {
+// rearmLocked takes the breaker b, s's current one, out of half-open and
+// back in, which gives it a fresh permit, without the events of a new
+// opening. The probe that held the old permit may still report; its
+// outcome then decides, as any attempt's does while half-open. g.mu must be
+// held.
+func (s *hostState) rearmLocked(b circuitbreaker.CircuitBreaker[any]) {
 	s.probe.quiet.Store(true)
 	defer s.probe.quiet.Store(false)
-	s.breaker.Open()
-	s.breaker.HalfOpen()
+	b.Open()
+	b.HalfOpen()
 }
 
 // releaseProbe gives back the permit of probe n, whose outcome says nothing
@@ -106,8 +114,8 @@ func (s *hostState) releaseProbe(n uint64) {
 	g := &s.probe
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if n == g.n && s.breaker.State() == circuitbreaker.HalfOpenState {
-		s.rearmLocked()
+	if b := s.breaker(); b != nil && n == g.n && b.State() == circuitbreaker.HalfOpenState {
+		s.rearmLocked(b)
 	}
 }
 
@@ -122,9 +130,9 @@ func (s *hostState) abandonProbe(n uint64, err error) {
 	g := &s.probe
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if n == g.n && s.breaker.State() == circuitbreaker.HalfOpenState {
+	if b := s.breaker(); b != nil && n == g.n && b.State() == circuitbreaker.HalfOpenState {
 		s.failures.record(nil, fmt.Errorf("half-open probe abandoned: %w", err))
-		s.breaker.RecordFailure()
+		b.RecordFailure()
 	}
 }
 

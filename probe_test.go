@@ -62,7 +62,7 @@ func TestProbeTakenBeforeListenerRunsIsTheProbe(t *testing.T) {
 		_, _ = cbGet(t, tr, up.URL)
 	}
 	cbWaitHalfOpen(t, h)
-	h.shared.breaker.HalfOpen()                // the transition a caller's TryAcquirePermit makes...
+	h.shared.breaker().HalfOpen()              // the transition a caller's TryAcquirePermit makes...
 	h.shared.circuit.Store(int32(CircuitOpen)) // ...before its listener records it
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)

@@ -4,11 +4,15 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 )
 
 // Handlers holds one Handler per named upstream, built together from a
-// Config. It is safe for concurrent use.
+// Config and updated by Apply. It is safe for concurrent use.
 type Handlers struct {
+	apply sync.Mutex // serialises Apply
+
+	mu     sync.RWMutex // guards byName and names
 	byName map[string]*Handler
 	names  []string
 }
@@ -40,6 +44,8 @@ func (c Config) Handlers(configure func(name string, o *Options)) (*Handlers, er
 // Handler returns the handler of the named upstream. An unknown name is an
 // error, never a default handler.
 func (hs *Handlers) Handler(name string) (*Handler, error) {
+	hs.mu.RLock()
+	defer hs.mu.RUnlock()
 	if h, ok := hs.byName[name]; ok {
 		return h, nil
 	}
@@ -57,10 +63,16 @@ func (hs *Handlers) Transport(name string, base http.RoundTripper) (*Transport, 
 }
 
 // Names returns the upstreams' names, sorted.
-func (hs *Handlers) Names() []string { return append([]string(nil), hs.names...) }
+func (hs *Handlers) Names() []string {
+	hs.mu.RLock()
+	defer hs.mu.RUnlock()
+	return append([]string(nil), hs.names...)
+}
 
 // All returns every handler, sorted by name.
 func (hs *Handlers) All() []*Handler {
+	hs.mu.RLock()
+	defer hs.mu.RUnlock()
 	all := make([]*Handler, 0, len(hs.names))
 	for _, n := range hs.names {
 		all = append(all, hs.byName[n])

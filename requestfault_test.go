@@ -45,7 +45,7 @@ func TestRequestFaultBodyReaderNotChargedToUpstream(t *testing.T) {
 		require.ErrorIs(t, err, readErr)
 	}
 	assert.Equal(t, CircuitClosed, h.CircuitState(), "two local read failures opened the circuit of a healthy upstream")
-	assert.Zero(t, h.shared.breaker.Metrics().Executions())
+	assert.Zero(t, h.shared.breaker().Metrics().Executions())
 	assert.Equal(t, float64(DefaultBudgetTokens), h.budget.level())
 
 	resp, err := tr.RoundTrip(newTestRequest(t, context.Background(), http.MethodGet, up.URL(), nil))
@@ -72,7 +72,7 @@ func TestRequestFaultReplayedBodyReaderNotRetried(t *testing.T) {
 	_, err = tr.RoundTrip(req)
 	require.ErrorIs(t, err, readErr)
 	assert.EqualValues(t, 1, counter.n.Load(), "the request's own failure is not retried")
-	assert.Zero(t, h.shared.breaker.Metrics().Executions())
+	assert.Zero(t, h.shared.breaker().Metrics().Executions())
 }
 
 func TestRequestFaultContentLengthMismatchNotRetried(t *testing.T) {
@@ -89,7 +89,7 @@ func TestRequestFaultContentLengthMismatchNotRetried(t *testing.T) {
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "ContentLength")
 		assert.EqualValues(t, 1, counter.n.Load(), "ContentLength %d: a body that does not match its length is not retried", length)
-		assert.Zero(t, h.shared.breaker.Metrics().Executions())
+		assert.Zero(t, h.shared.breaker().Metrics().Executions())
 		assert.Equal(t, float64(DefaultBudgetTokens), h.budget.level())
 		counter.CloseIdleConnections()
 	}
@@ -141,7 +141,7 @@ func TestRequestFaultUpstreamTextDoesNotSteerClassification(t *testing.T) {
 	mu.Lock()
 	assert.Equal(t, 3, requests, "a broken response is a transient failure: retried")
 	mu.Unlock()
-	assert.EqualValues(t, 3, h.shared.breaker.Metrics().Failures(), "and counted by the breaker")
+	assert.EqualValues(t, 3, h.shared.breaker().Metrics().Failures(), "and counted by the breaker")
 }
 
 func TestIsRequestErrorByPrefixOnly(t *testing.T) {

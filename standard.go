@@ -20,6 +20,7 @@ import (
 
 type call struct {
 	h    *Handler
+	cfg  *config // the options the call started under, for its whole life
 	s    *hostState
 	base http.RoundTripper
 	req  *http.Request
@@ -43,15 +44,16 @@ type retrying struct {
 }
 
 func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Response, error) {
+	cfg := h.cfg.Load() // one snapshot for the whole call: an Update applies from the next call
 	if req.URL == nil {
 		if req.Body != nil {
 			req.Body.Close()
 		}
-		return nil, fmt.Errorf("resilience: handler %q: nil Request.URL", h.cfg.Name)
+		return nil, fmt.Errorf("resilience: handler %q: nil Request.URL", cfg.Name)
 	}
-	c := &call{h: h, s: h.stateFor(req), base: base, req: req}
+	c := &call{h: h, cfg: cfg, s: h.stateFor(req), base: base, req: req}
 	c.body.orig = req.Body // closed at the end if no attempt sends it
-	c.attemptLimit, c.totalLimit = max(0, h.cfg.AttemptTimeout), max(0, h.cfg.TotalTimeout)
+	c.attemptLimit, c.totalLimit = max(0, cfg.AttemptTimeout), max(0, cfg.TotalTimeout)
 	if o := overridesFrom(req.Context()); o != nil {
 		c.over = o
 		if o.hasAttempt {
@@ -65,18 +67,22 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 	if c.totalLimit > 0 {
 		c.totalAt = now.Add(c.totalLimit)
 	}
-	if err := c.admit(); err != nil {
+	queued, err := c.admit()
+	if err != nil {
 		c.body.close()
 		c.ended(now, nil, err)
 		c.finish()
 		return nil, err
 	}
 	var resp *http.Response
-	var err error
-	if h.cfg.Hedging.Enabled {
+	if cfg.Hedging.Enabled {
 		resp, err = c.hedge(now)
 	} else {
-		resp, err = c.run(now)
+		first := now
+		if queued {
+			first = time.Now() // the first attempt starts after the wait
+		}
+		resp, err = c.run(first)
 	}
 	c.body.close()
 	c.ended(now, resp, err)
@@ -91,16 +97,16 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 // run is the retry loop. It returns the response to give the caller, or
 // the error.
 func (c *call) run(now time.Time) (*http.Response, error) {
-	cfg := c.h.cfg
+	cfg := c.cfg
 	c.repeatable = !cfg.Retry.Disabled && cfg.methods.repeatable(c.req, c.over)
 	for n := 1; ; n++ {
-		if n > 1 || c.queued {
+		if n > 1 {
 			now = time.Now()
 		}
 		resp, err, final := c.attempt(now)
 		if final {
-			if n > 1 && c.h.budget != nil {
-				c.h.budget.release() // never judged: its claim says nothing
+			if n > 1 && c.budget() != nil {
+				c.budget().release() // never judged: its claim says nothing
 			}
 			return nil, err // rejected, total timeout, cancelled, the request's own failure
 		}
@@ -111,7 +117,7 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		if !ok {
 			return c.result(resp, err) // the wait asked for does not fit: answer now
 		}
-		if b := c.h.budget; b != nil && !b.allow() {
+		if b := c.budget(); b != nil && !b.allow() {
 			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: b.refusal(err)}
 			if resp != nil {
 				e.StatusCode = resp.StatusCode
@@ -121,7 +127,7 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		}
 		wakeAt := time.Now().Add(wait)
 		c.waited = wait
-		if c.h.observed() || c.wantsReport() {
+		if c.cfg.observed() || c.wantsReport() {
 			e := Event{Kind: EventRetry, Attempt: n, Delay: wait, Err: err}
 			if resp != nil {
 				e.StatusCode = resp.StatusCode
@@ -139,7 +145,7 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		// failed and emptied the budget. Asked only before the wait, every
 		// call that failed within one backoff delay of an outage's start
 		// would retry into it.
-		if b := c.h.budget; b != nil && !b.claim() {
+		if b := c.budget(); b != nil && !b.claim() {
 			if resp != nil && kept == nil {
 				// The response is gone (its body was too long to keep):
 				// retry rather than answer with nothing.
@@ -154,6 +160,15 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 			return c.result(kept, err)
 		}
 	}
+}
+
+// budget returns the handler's retry budget, or nil when the call's options
+// disable it.
+func (c *call) budget() *retryBudget {
+	if c.cfg.RetryBudget.Disabled {
+		return nil
+	}
+	return c.h.budget
 }
 
 // result is what the caller gets when retries stop on an attempt's outcome.
@@ -175,7 +190,7 @@ func (c *call) result(resp *http.Response, err error) (*http.Response, error) {
 // Retry-After honoured wins over DelayFunc, which wins over the computed
 // delay.
 func (c *call) nextDelay(n int, resp *http.Response, err error) (time.Duration, bool) {
-	r := c.h.cfg.Retry
+	r := c.cfg.Retry
 	if c.delays == nil {
 		c.delays = newBackOff(r)
 	}
@@ -266,7 +281,7 @@ func (c *call) attempt(now time.Time) (resp *http.Response, err error, final boo
 	if !c.prepared {
 		// Only now, once the call will be sent, is the body read ahead.
 		c.prepared = true
-		if err := c.body.prepare(c.req, c.repeatable, h.cfg.MaxBufferedBody); err != nil {
+		if err := c.body.prepare(c.req, c.repeatable, c.cfg.MaxBufferedBody); err != nil {
 			c.s.releaseProbe(probe) // the request's own failure
 			return nil, c.errorf(nil, err, ""), true
 		}
@@ -334,7 +349,7 @@ func requestFault(body *sentBody, err error) error {
 // failure the retry layer would retry. The standard classification
 // (IsTransient) is computed once for all three.
 func (c *call) judge(first bool, resp *http.Response, err error) (retryable bool) {
-	cfg := c.h.cfg
+	cfg := c.cfg
 	var transient bool
 	if cfg.Retry.ShouldRetry == nil || cfg.CircuitBreaker.ShouldHandle == nil {
 		transient = IsTransient(resp, err)
@@ -343,7 +358,7 @@ func (c *call) judge(first bool, resp *http.Response, err error) (retryable bool
 	if f := cfg.Retry.ShouldRetry; f != nil {
 		retryable = f(c.req, resp, err)
 	}
-	if b := c.s.breaker; b != nil {
+	if b := c.s.breaker(); b != nil {
 		failed := transient
 		if f := cfg.CircuitBreaker.ShouldHandle; f != nil {
 			failed = f(resp, err)
@@ -355,7 +370,7 @@ func (c *call) judge(first bool, resp *http.Response, err error) (retryable bool
 			b.RecordSuccess()
 		}
 	}
-	if b := c.h.budget; b != nil {
+	if b := c.budget(); b != nil {
 		b.record(first, retryable)
 	}
 	return retryable

@@ -99,7 +99,7 @@ func checkRetried(t *testing.T, base http.RoundTripper, url string, hits *atomic
 	assert.True(t, !timeout || errors.Is(retried[0].Err, context.DeadlineExceeded) || isTimeout(retried[0].Err),
 		"the first attempt failed on a timeout, got %v", retried[0].Err)
 	mu.Unlock()
-	m := h.shared.breaker.Metrics()
+	m := h.shared.breaker().Metrics()
 	assert.EqualValues(t, 1, m.Failures(), "the breaker counts the timeout as a failure")
 	assert.EqualValues(t, 1, m.Successes())
 }
@@ -243,7 +243,7 @@ func TestTimeoutCallerDeadlineNotRetried(t *testing.T) {
 	_, err = client.Get(srv.URL)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.EqualValues(t, 1, hits.Load())
-	assert.Zero(t, h.shared.breaker.Metrics().Executions(), "the caller's deadline says nothing of the upstream")
+	assert.Zero(t, h.shared.breaker().Metrics().Executions(), "the caller's deadline says nothing of the upstream")
 	assert.Equal(t, float64(DefaultBudgetTokens), h.budget.level())
 }
 

@@ -1,0 +1,218 @@
+package resilience
+
+import (
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/bulkhead"
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+)
+
+// Live configuration: a running Handler takes new Options without losing
+// what it holds. Every call loads the handler's options once, when it
+// starts (roundTrip), and reads only that snapshot to its end; the state
+// the calls share (hostState's policies, the retry budget) is changed in
+// place where it can be, and replaced, carrying its state, where
+// failsafe-go's primitives are fixed when built.
+
+// Update replaces the handler's options with opts. opts is validated
+// first, as NewHandler validates: an invalid value is an error that names
+// the field, and changes nothing. An empty Name keeps the handler's name;
+// another name is an error, as is a change of PerHost.Enabled (see below).
+//
+// The update is atomic: a call in flight finishes under the options it
+// started with (its retries, delays, timeouts, predicates, observers), and
+// every call that starts after Update returns runs under the new ones.
+//
+// What the handler holds is kept:
+//
+//   - Isolation (IsolateCircuit) and, with PerHost, every host's state.
+//   - The retry budget's tokens and the claims of the retries in flight.
+//     New MaxTokens, TokenRatio and RetrySuccessTokens apply at once; a
+//     lower MaxTokens drops the tokens above it. Disabling the budget keeps
+//     its tokens for when it is enabled again.
+//   - The circuit. CircuitBreaker.ShouldHandle applies from the next call.
+//     A change of FailureRatio, MinimumThroughput, SamplingDuration or
+//     BreakDuration cannot be made to a failsafe-go breaker in place, so a
+//     new breaker replaces it, in the state of the old: an open circuit
+//     stays open for the rest of its break (at most the new BreakDuration),
+//     a half-open one stays half-open with its probe in flight, and a closed
+//     one stays closed but counts its failures afresh, over the new
+//     SamplingDuration. Disabling the breaker closes the circuit.
+//   - The concurrency permits in flight. Every call gives its permit back
+//     to the limit it took it from. A new RateLimit.MaxConcurrent (or
+//     RateLimit.Disabled) makes a new limit for the calls admitted from
+//     then on: until the calls admitted before have ended, they are not
+//     counted against it, so at most the old limit's calls in flight plus
+//     the new limit run at once. RateLimit.MaxQueue applies at once; a new
+//     RequestsPerSecond or Burst makes a new rate limiter, whose burst is
+//     available at once.
+//
+// Every other field (retries, hedging, timeouts, MaxBufferedBody,
+// PerHost.MaxHosts and IdleTimeout, Logger, LogLevels, OnEvent) applies
+// from the next call, or the next host met.
+//
+// PerHost.Enabled cannot change: a handler has one circuit and one set of
+// limits for all hosts, or one per host, and neither can be made from the
+// other. Build a new Handler for that.
+//
+// Update is safe to call while the handler serves calls, but not from its
+// OnEvent or Logger: some events about the circuit are sent while the lock
+// Update needs is held.
+func (h *Handler) Update(opts Options) error {
+	cfg, err := h.prepare(opts)
+	if err != nil {
+		return err
+	}
+	h.commit(cfg)
+	return nil
+}
+
+// prepare resolves opts for h and checks that h can take them, changing
+// nothing.
+func (h *Handler) prepare(opts Options) (*config, error) {
+	cur := h.cfg.Load() // its Name and PerHost.Enabled never change
+	if opts.Name == "" {
+		opts.Name = cur.Name
+	}
+	if opts.Name != cur.Name {
+		return nil, &optionError{handler: cur.Name, field: "Name", value: opts.Name,
+			reason: "cannot change on a running handler"}
+	}
+	cfg, err := resolve(opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.PerHost.Enabled != cur.PerHost.Enabled {
+		return nil, &optionError{handler: cur.Name, field: "PerHost.Enabled", value: cfg.PerHost.Enabled,
+			reason: "cannot change on a running handler, whose circuit and limits are one for all hosts or one per host; build a new Handler"}
+	}
+	return cfg, nil
+}
+
+// commit makes cfg, prepared, the handler's options.
+func (h *Handler) commit(cfg *config) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	// The options first: a host met from here on is built from them, and a
+	// host built from the old ones is in the table before hosts.all runs.
+	h.cfg.Store(cfg)
+	rb := cfg.RetryBudget
+	h.budget.set(rb.MaxTokens, rb.TokenRatio, rb.RetrySuccessTokens)
+	if h.shared != nil {
+		h.shared.reconfigure(cfg)
+		return
+	}
+	t := h.hosts
+	t.mu.Lock()
+	t.max, t.idleAfter = cfg.PerHost.MaxHosts, cfg.PerHost.IdleTimeout
+	t.mu.Unlock()
+	for _, s := range t.all() {
+		s.reconfigure(cfg)
+	}
+}
+
+// reconfigure gives s the policies cfg describes, keeping those cfg does not
+// change. h.mu must be held.
+func (s *hostState) reconfigure(cfg *config) {
+	old := s.policies.Load()
+	p := &policies{breaker: old.breaker, bulkhead: old.bulkhead, limiter: old.limiter,
+		rl: cfg.RateLimit, cb: breakerOptionsOf(cfg)}
+	if p.rl == old.rl && p.cb == old.cb {
+		return // a host met after the update, or nothing of its own changed
+	}
+	if p.rl.Disabled != old.rl.Disabled || p.rl.MaxConcurrent != old.rl.MaxConcurrent {
+		p.bulkhead = nil
+		if !p.rl.Disabled {
+			p.bulkhead = bulkhead.New[any](uint(p.rl.MaxConcurrent))
+		}
+	}
+	if p.rl.Disabled != old.rl.Disabled || p.rl.RequestsPerSecond != old.rl.RequestsPerSecond || p.rl.Burst != old.rl.Burst {
+		p.limiter = nil
+		if !p.rl.Disabled {
+			p.limiter = newLimiter(p.rl)
+		}
+	}
+	if p.cb == old.cb {
+		s.policies.Store(p)
+		return
+	}
+	p.breaker = s.newBreaker(p.cb)
+	s.replaceBreaker(old.breaker, p)
+}
+
+// replaceBreaker makes p, whose breaker is new, s's policies, and puts the
+// new breaker in the state of the old one, ob.
+//
+// The probe gate's lock keeps out the admissions of a circuit that is not
+// closed and the probe's bookkeeping until the new breaker is in its state.
+// The swap lock orders the replacement with the listeners of the old
+// breaker: a transition they report before it is the circuit's, one after
+// it is not (ob is retired), and the state ob is in then is what the new
+// breaker carries. Once retired, ob admits no attempt; an outcome that was
+// on its way to it when it was replaced is not counted. A CloseCircuit that
+// ran while the state was carried may have closed ob too late: the new
+// breaker is closed then.
+func (s *hostState) replaceBreaker(ob circuitbreaker.CircuitBreaker[any], p *policies) {
+	g := &s.probe
+	g.mu.Lock()
+
+	s.swap.Lock()
+	s.policies.Store(p)
+	closes := s.closes.Load()
+	prev := CircuitState(s.circuit.Load())
+	state, remaining, probing := CircuitClosed, time.Duration(0), false
+	if ob != nil && p.breaker != nil {
+		switch ob.State() {
+		case circuitbreaker.OpenState:
+			state, remaining = CircuitOpen, s.remainingBreak(ob)
+		case circuitbreaker.HalfOpenState:
+			state = CircuitHalfOpen
+			probing = !ob.TryAcquirePermit() // its one permit is taken: a probe is in flight
+		}
+	}
+	if state == CircuitClosed {
+		// The new breaker, or none, is closed: say so before any listener
+		// of the new breaker can say otherwise.
+		s.breakUntil.Store(nil)
+		s.circuit.Store(int32(CircuitClosed))
+	}
+	s.swap.Unlock()
+
+	nb := p.breaker
+	g.quiet.Store(true) // the circuit is not changing state: its listeners stay silent
+	switch state {
+	case CircuitOpen:
+		nb.Open()
+		if remaining < p.cb.breakDuration {
+			until := time.Now().Add(remaining)
+			s.breakUntil.Store(&until)
+		}
+	case CircuitHalfOpen:
+		nb.HalfOpen()
+		if probing {
+			nb.TryAcquirePermit() // the probe in flight holds it, and its outcome decides
+		}
+	}
+	g.quiet.Store(false)
+	if state != CircuitClosed && (s.closing.Load() != 0 || s.closes.Load() != closes) {
+		nb.Close() // its listener reports it
+		state, prev = CircuitClosed, CircuitClosed
+	}
+	g.mu.Unlock()
+
+	// A transition of the old breaker that its listeners had not reported
+	// when it was retired, or the circuit closed by disabling the breaker,
+	// is reported here.
+	if state == prev {
+		return
+	}
+	switch state {
+	case CircuitOpen:
+		s.reportOpened(ob, prev == CircuitClosed)
+	case CircuitHalfOpen:
+		s.h.emit(Event{Kind: EventCircuitHalfOpened, Host: s.host})
+	case CircuitClosed:
+		s.failures.reset()
+		s.h.emit(Event{Kind: EventCircuitClosed, Host: s.host})
+	}
+}
