@@ -40,7 +40,6 @@ type retrying struct {
 	retryable  bool // the last attempt failed in a way the retry layer retries
 	prepared   bool // body.prepare has run
 	delays     backoff.BackOff
-	waited     time.Duration // the wait before the current attempt
 }
 
 func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Response, error) {
@@ -99,11 +98,12 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 func (c *call) run(now time.Time) (*http.Response, error) {
 	cfg := c.cfg
 	c.repeatable = !cfg.Retry.Disabled && cfg.methods.repeatable(c.req, c.over)
+	var waited time.Duration // before attempt n
 	for n := 1; ; n++ {
 		if n > 1 {
 			now = time.Now()
 		}
-		resp, err, final := c.attempt(now)
+		resp, err, final := c.attempt(now, waited)
 		if final {
 			if n > 1 && c.budget() != nil {
 				c.budget().release() // never judged: its claim says nothing
@@ -126,7 +126,7 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 			return c.result(resp, err)
 		}
 		wakeAt := time.Now().Add(wait)
-		c.waited = wait
+		waited = wait
 		if c.cfg.observed() || c.wantsReport() {
 			e := Event{Kind: EventRetry, Attempt: n, Delay: wait, Err: err}
 			if resp != nil {
@@ -263,7 +263,7 @@ func (c *call) sleepUntil(t time.Time) error {
 // attempt sends one attempt through the circuit breaker under the attempt
 // deadline. When final is true the call is over and err says why; otherwise
 // the outcome is the attempt's, for the retry layer to judge.
-func (c *call) attempt(now time.Time) (resp *http.Response, err error, final bool) {
+func (c *call) attempt(now time.Time, waited time.Duration) (resp *http.Response, err error, final bool) {
 	h := c.h
 	if err := c.callerLeft(); err != nil {
 		return nil, c.errorf(nil, err, ""), true // the caller left: say so, not what the circuit would have said
@@ -298,7 +298,7 @@ func (c *call) attempt(now time.Time) (resp *http.Response, err error, final boo
 	c.start(cancel, now)
 	resp, err = c.base.RoundTrip(r)
 	fired := c.headers()
-	c.attemptEnded(c.attempts, now, c.waited, resp, err, fired)
+	c.attemptEnded(c.attempts, now, waited, resp, err, fired)
 
 	switch {
 	case fired == ErrTotalTimeout:
