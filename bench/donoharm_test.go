@@ -2,10 +2,8 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/failsafe-go/failsafe-go/circuitbreaker"
-	"github.com/failsafe-go/failsafe-go/timeout"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -283,26 +279,9 @@ func dnhCall(c *http.Client, url string, k int) outcome {
 		_, err = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	return dnhClassify(resp, err)
+	return classify(resp, err)
 }
 
-// dnhClassify classifies a call's outcome as faultCall does; err includes
-// the error of reading the body.
-func dnhClassify(resp *http.Response, err error) outcome {
-	var ne net.Error
-	switch {
-	case err == nil && resp.StatusCode == http.StatusOK:
-		return outcomeOK
-	case err == nil:
-		return outcomeStatus
-	case errors.Is(err, resilience.ErrCircuitOpen), errors.Is(err, circuitbreaker.ErrOpen):
-		return outcomeOpen
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, timeout.ErrExceeded),
-		errors.As(err, &ne) && ne.Timeout():
-		return outcomeTimeout
-	}
-	return outcomeOther
-}
 
 // BenchmarkDoNoHarm runs the do-no-harm experiment once, whatever b.N (run
 // it with -benchtime 1x): every scenario, seed and client. It prints the

@@ -283,6 +283,12 @@ func faultCall(c *http.Client, url string) outcome {
 		_, err = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
+	return classify(resp, err)
+}
+
+// classify says how a call ended, given its response and its error, the
+// error of reading the body included.
+func classify(resp *http.Response, err error) outcome {
 	var ne net.Error
 	switch {
 	case err == nil && resp.StatusCode == http.StatusOK:
