@@ -282,7 +282,6 @@ func dnhCall(c *http.Client, url string, k int) outcome {
 	return classify(resp, err)
 }
 
-
 // BenchmarkDoNoHarm runs the do-no-harm experiment once, whatever b.N (run
 // it with -benchtime 1x): every scenario, seed and client. It prints the
 // tables and the verdict on issue 9's targets, writes them to
