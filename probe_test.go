@@ -42,6 +42,24 @@ func newProbeUpstream(t *testing.T) *probeUpstream {
 	return u
 }
 
+// probeHandler builds a handler from opts over a fresh transport, and
+// opens its circuit with four 503s from up (cbOptions opens it at half of
+// four attempts).
+func probeHandler(t *testing.T, up *probeUpstream, opts Options) (*Handler, *Transport) {
+	t.Helper()
+	h, err := NewHandler(opts)
+	require.NoError(t, err)
+	base := &http.Transport{}
+	t.Cleanup(base.CloseIdleConnections)
+	tr := h.Transport(base)
+	up.status.Store(http.StatusServiceUnavailable)
+	for i := 0; i < 4; i++ {
+		_, _ = cbGet(t, tr, up.URL)
+	}
+	require.NotEqual(t, CircuitClosed, h.CircuitState())
+	return h, tr
+}
+
 // Issue 8, item 1: the breaker's listeners run after it has released its
 // lock, so a caller can take the half-open permit before onHalfOpen has
 // recorded the state. The breaker, not the listener, says whether a permit
@@ -51,23 +69,14 @@ func newProbeUpstream(t *testing.T) *probeUpstream {
 func TestProbeTakenBeforeListenerRunsIsTheProbe(t *testing.T) {
 	up := newProbeUpstream(t)
 	rec := &evRecorder{}
-	h, err := NewHandler(cbOptions(rec, 20*time.Millisecond))
-	require.NoError(t, err)
-	base := &http.Transport{}
-	defer base.CloseIdleConnections()
-	tr := h.Transport(base)
-
-	up.status.Store(http.StatusServiceUnavailable)
-	for i := 0; i < 4; i++ {
-		_, _ = cbGet(t, tr, up.URL)
-	}
+	h, tr := probeHandler(t, up, cbOptions(rec, 20*time.Millisecond))
 	cbWaitHalfOpen(t, h)
 	h.shared.breaker().HalfOpen()              // the transition a caller's TryAcquirePermit makes...
 	h.shared.circuit.Store(int32(CircuitOpen)) // ...before its listener records it
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	_, err = cbCall(ctx, tr, up.URL, true)
+	_, err := cbCall(ctx, tr, up.URL, true)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	up.status.Store(http.StatusOK)
@@ -146,16 +155,7 @@ func TestProbeHungProbeGetsSuccessorAfterBreakDuration(t *testing.T) {
 	up := newProbeUpstream(t)
 	rec := &evRecorder{}
 	opts := cbOptions(rec, breakDuration)
-	h, err := NewHandler(opts)
-	require.NoError(t, err)
-	base := &http.Transport{}
-	defer base.CloseIdleConnections()
-	tr := h.Transport(base)
-
-	up.status.Store(http.StatusServiceUnavailable)
-	for i := 0; i < 4; i++ {
-		_, _ = cbGet(t, tr, up.URL)
-	}
+	h, tr := probeHandler(t, up, opts)
 	require.Equal(t, CircuitOpen, h.CircuitState())
 	cbWaitHalfOpen(t, h)
 
@@ -170,7 +170,7 @@ func TestProbeHungProbeGetsSuccessorAfterBreakDuration(t *testing.T) {
 	<-up.arrived
 
 	up.status.Store(http.StatusOK)
-	_, err = cbGet(t, tr, up.URL)
+	_, err := cbGet(t, tr, up.URL)
 	require.ErrorIs(t, err, ErrCircuitOpen)
 	assert.Contains(t, err.Error(), "probe in flight")
 	assert.Contains(t, err.Error(), "of 4 attempts failed", "the rejection still says why the circuit opened")
@@ -196,16 +196,7 @@ func TestProbeRequestFaultReleasesPermit(t *testing.T) {
 	rec := &evRecorder{}
 	opts := cbOptions(rec, cbShortBreak)
 	opts.Retry = RetryOptions{Methods: []string{http.MethodPut}, Delay: time.Millisecond, NoJitter: true}
-	h, err := NewHandler(opts)
-	require.NoError(t, err)
-	base := &http.Transport{}
-	defer base.CloseIdleConnections()
-	tr := h.Transport(base)
-
-	up.status.Store(http.StatusServiceUnavailable)
-	for i := 0; i < 4; i++ {
-		_, _ = cbGet(t, tr, up.URL)
-	}
+	h, tr := probeHandler(t, up, opts)
 	cbWaitHalfOpen(t, h)
 
 	readErr := errors.New("disk read failed")
