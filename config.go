@@ -466,6 +466,7 @@ var optionFields = fieldSet[fileOptions]{
 	"perHost":        objectField(perHostFields, func(o *fileOptions) *PerHostOptions { return &o.PerHost }),
 	"retryBudget":    objectField(retryBudgetFields, func(o *fileOptions) *RetryBudgetOptions { return &o.RetryBudget }),
 	"hedging":        objectField(hedgingFields, func(o *fileOptions) *HedgingOptions { return &o.Hedging }),
+	"fallback":       objectField(fallbackFields, func(o *fileOptions) *FallbackOptions { return &o.Fallback }),
 	"logLevels":      logLevelsField,
 }
 

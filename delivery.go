@@ -62,6 +62,9 @@ func (c *call) deliver(resp *http.Response) {
 		}
 	default:
 		c.rc = resp.Body
+		if c.cfg.Fallback.Enabled {
+			c.rc = c.keeping(resp) // fallback.go
+		}
 		resp.Body = c
 	}
 }

@@ -25,6 +25,7 @@ const (
 	EventCall                                   // a call returned to its caller after Duration and Attempt attempts
 	EventBudgetExceeded                         // a retry or hedge was refused by the retry budget; the caller gets the last outcome
 	EventHedge                                  // another attempt was sent alongside those running, after Delay (0: on a failure)
+	EventFallback                               // a failed call was answered with a kept response (StatusCode); Err is the call's error
 )
 
 var eventKindNames = [...]string{
@@ -40,6 +41,7 @@ var eventKindNames = [...]string{
 	EventCall:              "call",
 	EventBudgetExceeded:    "budget_exceeded",
 	EventHedge:             "hedge",
+	EventFallback:          "fallback",
 }
 
 func (k EventKind) String() string {
@@ -104,7 +106,7 @@ func (e Event) URL() string {
 // Options.LogLevels says otherwise.
 func (k EventKind) defaultLevel() slog.Level {
 	switch k {
-	case EventRetry, EventBudgetExceeded:
+	case EventRetry, EventBudgetExceeded, EventFallback:
 		return slog.LevelWarn
 	case EventCircuitClosed, EventCircuitHalfOpened, EventHedge:
 		return slog.LevelInfo

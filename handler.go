@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // A Handler is the resilience stack of one upstream: its circuit breaker,
@@ -24,6 +25,9 @@ type Handler struct {
 	budget   *retryBudget // kept while RetryBudget.Disabled, so that Update can turn it on and off
 	timers   sync.Pool    // *timerSlot, reused from call to call
 	isolated atomic.Bool
+
+	fbStore *lruStore        // the built-in fallback store, bounded by the current Fallback.MaxBytes
+	fbNow   func() time.Time // the fallback layer's clock; nil is time.Now (tests set it)
 }
 
 // NewHandler validates opts, fills in defaults, and returns the Handler
@@ -36,6 +40,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	h := &Handler{}
 	h.cfg.Store(cfg)
 	h.timers.New = newTimerSlot
+	h.fbStore = newLRUStore(cfg.Fallback.MaxBytes)
 	rb := cfg.RetryBudget
 	h.budget = newRetryBudget(rb.MaxTokens, rb.TokenRatio, rb.RetrySuccessTokens)
 	if cfg.PerHost.Enabled {

@@ -98,6 +98,7 @@ func (h *Handler) commit(cfg *config) {
 	h.cfg.Store(cfg)
 	rb := cfg.RetryBudget
 	h.budget.set(rb.MaxTokens, rb.TokenRatio, rb.RetrySuccessTokens)
+	h.fbStore.resize(cfg.Fallback.MaxBytes)
 	if h.shared != nil {
 		h.shared.reconfigure(cfg)
 		return

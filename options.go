@@ -81,6 +81,10 @@ type Options struct {
 	// buffers, so only requests with GetBody or without a body are retried.
 	MaxBufferedBody int64
 
+	// Fallback, when enabled, answers a GET or HEAD that fails because the
+	// circuit is open with the last good response kept for it, labelled.
+	Fallback FallbackOptions
+
 	// Logger, when set, receives every Event at the level its kind
 	// suggests: retries warn; timeouts, rejections and an opening circuit
 	// are errors; the circuit closing or half-opening is info.
@@ -525,6 +529,10 @@ func resolve(o Options) (*config, error) {
 		if k.String() == "unknown" {
 			return nil, bad("LogLevels", int(k), "is not an EventKind")
 		}
+	}
+
+	if err := resolveFallback(&o.Fallback, bad); err != nil {
+		return nil, err
 	}
 
 	if o.MaxBufferedBody == 0 {

@@ -87,6 +87,9 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 	c.ended(now, resp, err)
 	if err != nil {
 		c.finish()
+		if cfg.Fallback.Enabled {
+			return c.fallback(err)
+		}
 		return nil, err
 	}
 	c.deliver(resp)

@@ -1,0 +1,428 @@
+package resilience
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The fallback layer, outside the whole stack: a GET or HEAD whose call
+// fails because the circuit is open (or, with OnTransient, because retries
+// ran out on a transient failure or the total timeout passed) is answered
+// with the last good response kept for the same request, labelled and with
+// its Age. Responses are kept as the caller reads them (keeping, below);
+// the store is fallbackstore.go's.
+
+// Defaults of the fallback layer.
+const (
+	DefaultFallbackMaxStale      = 10 * time.Minute
+	DefaultFallbackMaxEntryBytes = 1 << 20
+	DefaultFallbackMaxBytes      = 64 << 20
+	DefaultFallbackHeader        = "X-Resilience-Fallback"
+)
+
+// FallbackOptions configures the fallback layer, the outermost: when the
+// upstream cannot answer a GET or HEAD, the caller gets the last good
+// response kept for the same request, labelled, instead of the error.
+type FallbackOptions struct {
+	// Enabled turns the fallback layer on. It is off by default.
+	Enabled bool
+
+	// MaxStale is the oldest a kept response may be (the time since it was
+	// kept plus the Age it came with) to be served, unless the response's
+	// Cache-Control says stale-if-error=N, which then bounds it instead.
+	// Default 10m.
+	MaxStale time.Duration
+
+	// MaxEntryBytes is the largest body kept; a larger response is not
+	// kept. Default 1 MiB.
+	MaxEntryBytes int64
+
+	// MaxBytes bounds the built-in store: bodies, headers and keys. The
+	// least recently used responses are forgotten first. Default 64 MiB.
+	MaxBytes int64
+
+	// Header is the response header that labels a served fallback, with
+	// the value "stale". Default "X-Resilience-Fallback".
+	Header string
+
+	// OnTransient also serves a fallback when retries ran out on a
+	// transient failure (an error, not a response) or the total timeout
+	// passed. By default only an open or isolated circuit is.
+	OnTransient bool
+
+	// ShareCredentialed keeps responses to requests that carry an
+	// Authorization or Cookie header, keyed by those headers, so that a
+	// response is only ever served for the same credentials. By default
+	// such responses are never kept.
+	ShareCredentialed bool
+
+	// Store keeps the responses; nil is the built-in store, bounded by
+	// MaxBytes. It is not part of the JSON configuration.
+	Store FallbackStore
+}
+
+// ErrFallbackRefused reports that the fallback layer considered answering a
+// failed call with a kept response and did not. The error wraps the call's
+// own error and one of ErrFallbackIneligible, ErrFallbackNone and
+// ErrFallbackTooStale, which say why; each of them is ErrFallbackRefused
+// for errors.Is.
+var ErrFallbackRefused = errors.New("resilience: fallback refused")
+
+// Why a fallback was refused.
+var (
+	// ErrFallbackIneligible: the request may not be answered from a kept
+	// response (not a GET or HEAD, or Cache-Control: no-store, or
+	// credentials without ShareCredentialed).
+	ErrFallbackIneligible error = &fallbackReason{"ineligible"}
+	// ErrFallbackNone: no response is kept for the request.
+	ErrFallbackNone error = &fallbackReason{"none kept"}
+	// ErrFallbackTooStale: the kept response is older than MaxStale or its
+	// stale-if-error.
+	ErrFallbackTooStale error = &fallbackReason{"too stale"}
+)
+
+type fallbackReason struct{ s string }
+
+func (r *fallbackReason) Error() string        { return "resilience: fallback refused: " + r.s }
+func (r *fallbackReason) Is(target error) bool { return target == ErrFallbackRefused }
+
+// fallbackRefusal is a call's error with the reason its fallback was
+// refused.
+type fallbackRefusal struct {
+	err    error
+	reason error
+}
+
+func (e *fallbackRefusal) Error() string {
+	return e.err.Error() + " (fallback refused: " + e.reason.(*fallbackReason).s + ")"
+}
+func (e *fallbackRefusal) Unwrap() []error { return []error{e.err, e.reason} }
+
+// Timeout and Temporary keep net.Error checks of the call's error working.
+func (e *fallbackRefusal) Timeout() bool {
+	var t interface{ Timeout() bool }
+	return errors.As(e.err, &t) && t.Timeout()
+}
+func (e *fallbackRefusal) Temporary() bool { return e.Timeout() }
+
+// resolveFallback fills in the fallback layer's defaults and validates it.
+func resolveFallback(f *FallbackOptions, bad func(string, any, string) error) error {
+	switch {
+	case f.MaxStale < 0:
+		return bad("Fallback.MaxStale", f.MaxStale, "must not be negative")
+	case f.MaxEntryBytes < 0:
+		return bad("Fallback.MaxEntryBytes", f.MaxEntryBytes, "must not be negative")
+	case f.MaxBytes < 0:
+		return bad("Fallback.MaxBytes", f.MaxBytes, "must not be negative")
+	case f.Header != "" && !validHeaderName(f.Header):
+		return bad("Fallback.Header", f.Header, "must be a valid header field name")
+	}
+	if f.MaxStale == 0 {
+		f.MaxStale = DefaultFallbackMaxStale
+	}
+	if f.MaxEntryBytes == 0 {
+		f.MaxEntryBytes = DefaultFallbackMaxEntryBytes
+	}
+	if f.MaxBytes == 0 {
+		f.MaxBytes = DefaultFallbackMaxBytes
+	}
+	if f.MaxEntryBytes > f.MaxBytes {
+		return bad("Fallback.MaxEntryBytes", f.MaxEntryBytes, "must not exceed Fallback.MaxBytes ("+strconv.FormatInt(f.MaxBytes, 10)+")")
+	}
+	if f.Header == "" {
+		f.Header = DefaultFallbackHeader
+	}
+	f.Header = http.CanonicalHeaderKey(f.Header)
+	return nil
+}
+
+// validHeaderName reports whether s is an RFC 9110 token.
+func validHeaderName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return s != ""
+}
+
+// fallbackStore returns the store cfg's calls keep responses in.
+func (h *Handler) fallbackStore(cfg *config) FallbackStore {
+	if s := cfg.Fallback.Store; s != nil {
+		return s
+	}
+	return h.fbStore
+}
+
+func (h *Handler) fallbackNow() time.Time {
+	if h.fbNow != nil {
+		return h.fbNow()
+	}
+	return time.Now()
+}
+
+// credentialed reports whether req carries credentials.
+func credentialed(req *http.Request) bool {
+	return req.Header.Get("Authorization") != "" || req.Header.Get("Cookie") != ""
+}
+
+// cacheDirective reports whether a Cache-Control header of h holds the
+// directive name, and its argument.
+func cacheDirective(h http.Header, name string) (string, bool) {
+	for _, line := range h.Values("Cache-Control") {
+		for _, d := range strings.Split(line, ",") {
+			d = strings.TrimSpace(d)
+			k, v, _ := strings.Cut(d, "=")
+			if strings.EqualFold(strings.TrimSpace(k), name) {
+				return strings.Trim(strings.TrimSpace(v), `"`), true
+			}
+		}
+	}
+	return "", false
+}
+
+// fallbackKey is the key of req's kept response, without its Vary part, or
+// "" when req may not be answered from, or kept in, the store.
+func fallbackKey(cfg *config, req *http.Request) string {
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		return ""
+	}
+	if _, ok := cacheDirective(req.Header, "no-store"); ok {
+		return ""
+	}
+	u := *req.URL
+	u.Fragment, u.RawFragment = "", ""
+	key := "GET " + u.String()
+	if credentialed(req) {
+		if !cfg.Fallback.ShareCredentialed {
+			return ""
+		}
+		sum := sha256.New()
+		for _, name := range []string{"Authorization", "Cookie"} {
+			for _, v := range req.Header.Values(name) {
+				sum.Write([]byte(name + ":" + v + "\n"))
+			}
+		}
+		key += "\x00cred=" + hex.EncodeToString(sum.Sum(nil))
+	}
+	return key
+}
+
+// variantKey is the key of the response kept for req under key, whose
+// responses vary on the request headers names.
+func variantKey(key string, req *http.Request, names []string) string {
+	var b strings.Builder
+	b.WriteString(key)
+	b.WriteString("\x00vary")
+	for _, n := range names {
+		b.WriteString("\x00" + n + "=" + strings.Join(req.Header.Values(n), ","))
+	}
+	return b.String()
+}
+
+// varyNames returns the request headers resp varies on, canonical and
+// sorted, and false for Vary: *.
+func varyNames(resp *http.Response) ([]string, bool) {
+	var names []string
+	for _, line := range resp.Header.Values("Vary") {
+		for _, n := range strings.Split(line, ",") {
+			n = strings.TrimSpace(n)
+			if n == "*" {
+				return nil, false
+			}
+			if n != "" {
+				names = append(names, http.CanonicalHeaderKey(n))
+			}
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names), true
+}
+
+// keeping returns the body to read resp through: a tee that keeps the
+// response when it is read to EOF if a shared cache could store it (a 200
+// to a GET, without no-store, private, Set-Cookie or Vary: *, and whose
+// request carried no credentials unless ShareCredentialed), else resp.Body.
+func (c *call) keeping(resp *http.Response) io.ReadCloser {
+	f := &c.cfg.Fallback
+	if c.req.Method != http.MethodGet || resp.StatusCode != http.StatusOK || resp.ContentLength > f.MaxEntryBytes {
+		return resp.Body
+	}
+	key := fallbackKey(c.cfg, c.req)
+	if key == "" {
+		return resp.Body
+	}
+	for _, d := range []string{"no-store", "private"} {
+		if _, ok := cacheDirective(resp.Header, d); ok {
+			return resp.Body
+		}
+	}
+	if resp.Header.Get("Set-Cookie") != "" {
+		return resp.Body
+	}
+	vary, ok := varyNames(resp)
+	if !ok {
+		return resp.Body
+	}
+	t := &keeper{rc: resp.Body, h: c.h, store: c.h.fallbackStore(c.cfg), key: key, vary: vary,
+		req: c.req, max: f.MaxEntryBytes, status: resp.StatusCode, header: resp.Header.Clone()}
+	if resp.ContentLength > 0 {
+		t.buf = make([]byte, 0, resp.ContentLength)
+	}
+	return t
+}
+
+// keeper is a response body that keeps what the caller reads, and stores
+// it when the caller reaches EOF.
+type keeper struct {
+	rc      io.ReadCloser
+	h       *Handler
+	store   FallbackStore
+	key     string
+	vary    []string
+	req     *http.Request
+	max     int64
+	status  int
+	header  http.Header
+	buf     []byte
+	dropped bool
+}
+
+func (t *keeper) Read(p []byte) (int, error) {
+	n, err := t.rc.Read(p)
+	if !t.dropped {
+		if int64(len(t.buf)+n) > t.max {
+			t.dropped, t.buf = true, nil
+		} else {
+			t.buf = append(t.buf, p[:n]...)
+		}
+	}
+	if err == io.EOF && !t.dropped {
+		t.dropped = true // stored once
+		t.put()
+	} else if err != nil {
+		t.dropped, t.buf = true, nil
+	}
+	return n, err
+}
+
+func (t *keeper) Close() error {
+	t.dropped, t.buf = true, nil
+	return t.rc.Close()
+}
+
+func (t *keeper) put() {
+	e := &FallbackEntry{StatusCode: t.status, Header: t.header, Body: t.buf, Stored: t.h.fallbackNow()}
+	t.buf = nil
+	if e.Body == nil {
+		e.Body = []byte{}
+	}
+	if len(t.vary) == 0 {
+		t.store.Put(t.key, e)
+		return
+	}
+	t.store.Put(t.key, &FallbackEntry{Vary: t.vary, Stored: e.Stored})
+	t.store.Put(variantKey(t.key, t.req, t.vary), e)
+}
+
+// fallbackServes reports whether the call's error err is one the fallback
+// layer answers.
+func (c *call) fallbackServes(err error) bool {
+	if c.callerLeft() != nil {
+		return false // no one to answer
+	}
+	if errors.Is(err, ErrCircuitOpen) {
+		return true
+	}
+	return c.cfg.Fallback.OnTransient && (errors.Is(err, ErrTotalTimeout) || transientError(err))
+}
+
+// fallback answers the call that failed with err from the kept response,
+// or returns err with the reason it could not.
+func (c *call) fallback(err error) (*http.Response, error) {
+	if !c.fallbackServes(err) {
+		return nil, err
+	}
+	key := fallbackKey(c.cfg, c.req)
+	if key == "" {
+		return nil, &fallbackRefusal{err, ErrFallbackIneligible}
+	}
+	store := c.h.fallbackStore(c.cfg)
+	e, ok := store.Get(key)
+	if ok && e.Vary != nil {
+		e, ok = store.Get(variantKey(key, c.req, e.Vary))
+	}
+	if !ok || e == nil || e.Vary != nil {
+		return nil, &fallbackRefusal{err, ErrFallbackNone}
+	}
+	age := c.h.fallbackNow().Sub(e.Stored)
+	if s, err := strconv.ParseInt(strings.TrimSpace(e.Header.Get("Age")), 10, 64); err == nil && s > 0 {
+		age += time.Duration(min(s, 1<<32)) * time.Second
+	}
+	bound := c.cfg.Fallback.MaxStale
+	if v, ok := cacheDirective(e.Header, "stale-if-error"); ok {
+		if s, err := strconv.ParseInt(v, 10, 64); err == nil && s >= 0 {
+			bound = time.Duration(min(s, 1<<32)) * time.Second
+		}
+	}
+	if age > bound {
+		return nil, &fallbackRefusal{err, ErrFallbackTooStale}
+	}
+	h := e.Header.Clone()
+	h.Set(c.cfg.Fallback.Header, "stale")
+	h.Set("Age", strconv.FormatInt(int64(age/time.Second), 10))
+	resp := &http.Response{
+		Status:        strconv.Itoa(e.StatusCode) + " " + http.StatusText(e.StatusCode),
+		StatusCode:    e.StatusCode,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          http.NoBody,
+		ContentLength: int64(len(e.Body)),
+		Request:       c.req,
+	}
+	if c.req.Method == http.MethodGet && len(e.Body) > 0 {
+		resp.Body = io.NopCloser(bytes.NewReader(e.Body))
+	}
+	c.emit(Event{Kind: EventFallback, StatusCode: e.StatusCode, Err: err})
+	return resp, nil
+}
+
+// stringField decodes a JSON string.
+func stringField[T any](field func(*T) *string) func(*T, json.RawMessage, string) error {
+	return func(v *T, raw json.RawMessage, path string) error {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return configErr(path, "want a string, got %s", brief(raw))
+		}
+		*field(v) = s
+		return nil
+	}
+}
+
+var fallbackFields = fieldSet[FallbackOptions]{
+	"enabled": boolField(func(o *FallbackOptions) *bool { return &o.Enabled }),
+	"maxStale": durationField(func(o *FallbackOptions) *time.Duration { return &o.MaxStale },
+		rejectZero(DefaultFallbackMaxStale, "leave fallback.enabled false to serve no stale responses")),
+	"maxEntryBytes": intField(func(o *FallbackOptions) *int64 { return &o.MaxEntryBytes },
+		rejectZero(DefaultFallbackMaxEntryBytes, "")),
+	"maxBytes": intField(func(o *FallbackOptions) *int64 { return &o.MaxBytes },
+		rejectZero(DefaultFallbackMaxBytes, "")),
+	"header":            stringField(func(o *FallbackOptions) *string { return &o.Header }),
+	"onTransient":       boolField(func(o *FallbackOptions) *bool { return &o.OnTransient }),
+	"shareCredentialed": boolField(func(o *FallbackOptions) *bool { return &o.ShareCredentialed }),
+}

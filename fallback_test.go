@@ -1,0 +1,450 @@
+package resilience
+
+import (
+	"bytes"
+	"context"
+
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeClock is the fallback layer's clock in tests.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// fallbackFixture is a handler with fallback on, a fake clock and the
+// fallback events it emitted, in front of an upstream that answers every
+// path with "body of <path>" and the headers the query asks for
+// (?h=Name:Value, repeated).
+type fallbackFixture struct {
+	h      *Handler
+	client *http.Client
+	clock  *fakeClock
+	srv    *httptest.Server
+
+	mu     sync.Mutex
+	events []Event
+}
+
+func newFallbackFixture(t *testing.T, f FallbackOptions) *fallbackFixture {
+	t.Helper()
+	fx := &fallbackFixture{clock: &fakeClock{now: time.Unix(1_000_000, 0)}}
+	fx.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, hv := range r.URL.Query()["h"] {
+			k, v, _ := strings.Cut(hv, ":")
+			w.Header().Add(k, v)
+		}
+		body := "body of " + r.URL.Path
+		if a := r.Header.Get("Accept"); a != "" {
+			body += " as " + a
+		}
+		if a := r.Header.Get("Authorization"); a != "" {
+			body += " for " + a
+		}
+		io.WriteString(w, body)
+	}))
+	t.Cleanup(fx.srv.Close)
+	f.Enabled = true
+	h, err := NewHandler(Options{
+		Name:     "fb",
+		Fallback: f,
+		Retry:    RetryOptions{Disabled: true},
+		OnEvent: func(e Event) {
+			if e.Kind == EventFallback {
+				fx.mu.Lock()
+				fx.events = append(fx.events, e)
+				fx.mu.Unlock()
+			}
+		},
+	})
+	require.NoError(t, err)
+	h.fbNow = fx.clock.Now
+	fx.h = h
+	fx.client = &http.Client{Transport: h.Transport(nil)}
+	t.Cleanup(fx.client.CloseIdleConnections)
+	return fx
+}
+
+// get sends a request for path with the given header lines and returns the
+// response with its body read, or the error.
+func (fx *fallbackFixture) do(t *testing.T, method, path string, header ...string) (*http.Response, string, error) {
+	t.Helper()
+	req, err := http.NewRequest(method, fx.srv.URL+path, nil)
+	require.NoError(t, err)
+	for _, hv := range header {
+		k, v, _ := strings.Cut(hv, ":")
+		req.Header.Add(k, v)
+	}
+	resp, err := fx.client.Do(req)
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, string(b), nil
+}
+
+func (fx *fallbackFixture) fallbackEvents() []Event {
+	fx.mu.Lock()
+	defer fx.mu.Unlock()
+	return append([]Event(nil), fx.events...)
+}
+
+// refused asserts that err is the circuit's error, refused for reason.
+func refused(t *testing.T, err error, reason error) {
+	t.Helper()
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrCircuitOpen, "the original error is kept")
+	assert.ErrorIs(t, err, ErrFallbackRefused)
+	assert.ErrorIs(t, err, reason)
+	for _, other := range []error{ErrFallbackIneligible, ErrFallbackNone, ErrFallbackTooStale} {
+		if other != reason {
+			assert.NotErrorIs(t, err, other)
+		}
+	}
+}
+
+// The seed exercise (000, exercise 4): a kept GET is served, labelled and
+// with its Age, while the circuit is isolated; what cannot be served is
+// refused, and says why.
+func TestFallbackSeedExercise(t *testing.T) {
+	fx := newFallbackFixture(t, FallbackOptions{MaxStale: time.Minute})
+
+	resp, body, err := fx.do(t, "GET", "/a")
+	require.NoError(t, err)
+	assert.Equal(t, "body of /a", body)
+	assert.Empty(t, resp.Header.Get("X-Resilience-Fallback"), "a fresh answer is not labelled")
+
+	fx.h.IsolateCircuit()
+	fx.clock.Advance(30 * time.Second)
+
+	resp, body, err = fx.do(t, "GET", "/a")
+	require.NoError(t, err)
+	assert.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, "body of /a", body)
+	assert.Equal(t, "stale", resp.Header.Get("X-Resilience-Fallback"))
+	assert.Equal(t, "30", resp.Header.Get("Age"))
+	evs := fx.fallbackEvents()
+	require.Len(t, evs, 1)
+	assert.Equal(t, 200, evs[0].StatusCode)
+	assert.ErrorIs(t, evs[0].Err, ErrCircuitOpen)
+	assert.Equal(t, "fallback", evs[0].Kind.String())
+
+	resp, body, err = fx.do(t, "HEAD", "/a")
+	require.NoError(t, err, "HEAD is answered from the kept GET")
+	assert.Equal(t, "stale", resp.Header.Get("X-Resilience-Fallback"))
+	assert.Empty(t, body)
+
+	_, _, err = fx.do(t, "GET", "/never")
+	refused(t, err, ErrFallbackNone)
+	assert.Contains(t, err.Error(), "fallback refused: none kept")
+
+	_, _, err = fx.do(t, "POST", "/a")
+	refused(t, err, ErrFallbackIneligible)
+
+	fx.clock.Advance(31 * time.Second) // 61s old, MaxStale 1m
+	_, _, err = fx.do(t, "GET", "/a")
+	refused(t, err, ErrFallbackTooStale)
+
+	fx.h.CloseCircuit()
+	_, body, err = fx.do(t, "GET", "/a")
+	require.NoError(t, err)
+	assert.Equal(t, "body of /a", body)
+}
+
+// The upstream's stale-if-error bounds the age instead of MaxStale, and the
+// Age the response came with counts.
+func TestFallbackStaleIfError(t *testing.T) {
+	fx := newFallbackFixture(t, FallbackOptions{MaxStale: time.Hour})
+	path := "/s?h=Cache-Control:max-age%3D1,%20stale-if-error%3D5&h=Age:3"
+	_, _, err := fx.do(t, "GET", path)
+	require.NoError(t, err)
+	fx.h.IsolateCircuit()
+
+	fx.clock.Advance(time.Second)
+	resp, _, err := fx.do(t, "GET", path)
+	require.NoError(t, err)
+	assert.Equal(t, "4", resp.Header.Get("Age"), "kept 1s ago, 3s old then")
+
+	fx.clock.Advance(2 * time.Second) // 6s old, stale-if-error 5
+	_, _, err = fx.do(t, "GET", path)
+	refused(t, err, ErrFallbackTooStale)
+}
+
+func TestFallbackCredentials(t *testing.T) {
+	t.Run("not kept by default", func(t *testing.T) {
+		fx := newFallbackFixture(t, FallbackOptions{})
+		_, _, err := fx.do(t, "GET", "/c", "Authorization:Bearer alice")
+		require.NoError(t, err)
+		_, _, err = fx.do(t, "GET", "/k", "Cookie:s=alice")
+		require.NoError(t, err)
+		fx.h.IsolateCircuit()
+		_, _, err = fx.do(t, "GET", "/c", "Authorization:Bearer alice")
+		refused(t, err, ErrFallbackIneligible)
+		_, _, err = fx.do(t, "GET", "/c")
+		refused(t, err, ErrFallbackNone)
+		_, _, err = fx.do(t, "GET", "/k")
+		refused(t, err, ErrFallbackNone)
+	})
+	t.Run("ShareCredentialed keys by credentials", func(t *testing.T) {
+		fx := newFallbackFixture(t, FallbackOptions{ShareCredentialed: true})
+		_, _, err := fx.do(t, "GET", "/c", "Authorization:Bearer alice")
+		require.NoError(t, err)
+		fx.h.IsolateCircuit()
+		_, _, err = fx.do(t, "GET", "/c", "Authorization:Bearer bob")
+		refused(t, err, ErrFallbackNone)
+		_, _, err = fx.do(t, "GET", "/c")
+		refused(t, err, ErrFallbackNone)
+		_, body, err := fx.do(t, "GET", "/c", "Authorization:Bearer alice")
+		require.NoError(t, err)
+		assert.Equal(t, "body of /c for Bearer alice", body)
+	})
+}
+
+func TestFallbackNotKept(t *testing.T) {
+	fx := newFallbackFixture(t, FallbackOptions{MaxEntryBytes: 8})
+	paths := []string{
+		"/nostore?h=Cache-Control:no-store",
+		"/private?h=Cache-Control:private,%20max-age%3D60",
+		"/varystar?h=Vary:*",
+		"/cookie?h=Set-Cookie:s%3D1",
+		"/big", // "body of /big" is longer than 8 bytes
+	}
+	for _, p := range paths {
+		_, _, err := fx.do(t, "GET", p)
+		require.NoError(t, err)
+	}
+	fx.h.IsolateCircuit()
+	for _, p := range paths {
+		_, _, err := fx.do(t, "GET", p)
+		refused(t, err, ErrFallbackNone)
+	}
+	_, _, err := fx.do(t, "GET", "/x", "Cache-Control:no-store")
+	refused(t, err, ErrFallbackIneligible)
+}
+
+func TestFallbackRequestNoStoreNotKept(t *testing.T) {
+	fx := newFallbackFixture(t, FallbackOptions{})
+	_, _, err := fx.do(t, "GET", "/r", "Cache-Control:no-store")
+	require.NoError(t, err)
+	fx.h.IsolateCircuit()
+	_, _, err = fx.do(t, "GET", "/r")
+	refused(t, err, ErrFallbackNone)
+}
+
+func TestFallbackVary(t *testing.T) {
+	fx := newFallbackFixture(t, FallbackOptions{})
+	path := "/v?h=Vary:Accept"
+	for _, a := range []string{"application/json", "text/xml"} {
+		_, _, err := fx.do(t, "GET", path, "Accept:"+a)
+		require.NoError(t, err)
+	}
+	fx.h.IsolateCircuit()
+	for _, a := range []string{"application/json", "text/xml"} {
+		resp, body, err := fx.do(t, "GET", path, "Accept:"+a)
+		require.NoError(t, err)
+		assert.Equal(t, "body of /v as "+a, body)
+		assert.Equal(t, "stale", resp.Header.Get("X-Resilience-Fallback"))
+	}
+	_, _, err := fx.do(t, "GET", path, "Accept:text/plain")
+	refused(t, err, ErrFallbackNone)
+}
+
+// A response the caller does not read to EOF is not kept.
+func TestFallbackNotReadToEOF(t *testing.T) {
+	fx := newFallbackFixture(t, FallbackOptions{})
+	resp, err := fx.client.Get(fx.srv.URL + "/partial")
+	require.NoError(t, err)
+	_, err = io.ReadFull(resp.Body, make([]byte, 3))
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	fx.h.IsolateCircuit()
+	_, _, err = fx.do(t, "GET", "/partial")
+	refused(t, err, ErrFallbackNone)
+}
+
+// With OnTransient, a call whose retries ran out on a transient error is
+// answered too; without it, the error is returned as it was.
+func TestFallbackOnTransient(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprint("OnTransient=", on), func(t *testing.T) {
+			fx := newFallbackFixture(t, FallbackOptions{OnTransient: on})
+			_, _, err := fx.do(t, "GET", "/t")
+			require.NoError(t, err)
+			fx.client.CloseIdleConnections()
+			fx.srv.Close() // connections refused from now on
+			resp, body, err := fx.do(t, "GET", "/t")
+			if !on {
+				require.Error(t, err)
+				assert.NotErrorIs(t, err, ErrFallbackRefused, "not considered")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, "body of /t", body)
+			assert.Equal(t, "stale", resp.Header.Get("X-Resilience-Fallback"))
+		})
+	}
+}
+
+// A caller that left is not answered from the store.
+func TestFallbackNotForCallerThatLeft(t *testing.T) {
+	fx := newFallbackFixture(t, FallbackOptions{OnTransient: true})
+	_, _, err := fx.do(t, "GET", "/l")
+	require.NoError(t, err)
+	fx.h.IsolateCircuit()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", fx.srv.URL+"/l", nil)
+	_, err = fx.client.Do(req)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// memTransport answers every request with a 200 and a body of size bytes,
+// in memory.
+type memTransport struct{ body []byte }
+
+func (m memTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(bytes.NewReader(m.body)),
+		ContentLength: int64(len(m.body)), Request: req}, nil
+}
+
+// The store stays within MaxBytes however many responses are kept, and
+// keeps the most recent ones.
+func TestFallbackMemoryBound(t *testing.T) {
+	const maxBytes = 4 << 20
+	h, err := NewHandler(Options{Fallback: FallbackOptions{Enabled: true, MaxBytes: maxBytes}})
+	require.NoError(t, err)
+	client := &http.Client{Transport: h.Transport(memTransport{body: bytes.Repeat([]byte("x"), 100<<10)})}
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range 10_000 {
+		resp, err := client.Get(fmt.Sprintf("http://upstream.test/item/%d", i))
+		require.NoError(t, err)
+		_, err = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.LessOrEqual(t, h.fbStore.bytes(), int64(maxBytes))
+	}
+	assert.Greater(t, h.fbStore.bytes(), int64(maxBytes-200<<10), "the store fills up to its bound")
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	assert.Less(t, int64(after.HeapAlloc)-int64(before.HeapAlloc), int64(2*maxBytes), "heap held after GC")
+
+	h.IsolateCircuit()
+	resp, err := client.Get("http://upstream.test/item/9999")
+	require.NoError(t, err, "the most recent is kept")
+	resp.Body.Close()
+	_, err = client.Get("http://upstream.test/item/0")
+	assert.ErrorIs(t, err, ErrFallbackNone, "the oldest is forgotten")
+
+	// A smaller MaxBytes applies at once.
+	require.NoError(t, h.Update(Options{Fallback: FallbackOptions{Enabled: true, MaxBytes: 1 << 20}}))
+	assert.LessOrEqual(t, h.fbStore.bytes(), int64(1<<20))
+}
+
+func TestLRUStoreEvictsLeastRecentlyUsed(t *testing.T) {
+	s := newLRUStore(30)
+	e := func(b string) *FallbackEntry { return &FallbackEntry{Body: []byte(b)} }
+	s.Put("a", e("0123456789")) // 11 bytes with its key
+	s.Put("b", e("0123456789"))
+	_, ok := s.Get("a") // a is now the most recent
+	require.True(t, ok)
+	s.Put("c", e("0123456789")) // 33 > 30: b goes
+	_, ok = s.Get("b")
+	assert.False(t, ok)
+	_, ok = s.Get("a")
+	assert.True(t, ok)
+	assert.Equal(t, int64(22), s.bytes())
+	s.Put("a", e("0")) // replaced, not added
+	assert.Equal(t, int64(13), s.bytes())
+	s.Put("huge", e(strings.Repeat("x", 31)))
+	_, ok = s.Get("huge")
+	assert.False(t, ok, "larger than the store: not kept")
+}
+
+// A user's store is used instead of the built-in one.
+type mapStore struct {
+	mu sync.Mutex
+	m  map[string]*FallbackEntry
+}
+
+func (s *mapStore) Get(k string) (*FallbackEntry, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.m[k]
+	return e, ok
+}
+
+func (s *mapStore) Put(k string, e *FallbackEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[k] = e
+}
+
+func TestFallbackCustomStore(t *testing.T) {
+	st := &mapStore{m: map[string]*FallbackEntry{}}
+	fx := newFallbackFixture(t, FallbackOptions{Store: st, Header: "x-from-cache"})
+	_, _, err := fx.do(t, "GET", "/u")
+	require.NoError(t, err)
+	assert.Len(t, st.m, 1)
+	assert.Zero(t, fx.h.fbStore.bytes())
+	fx.h.IsolateCircuit()
+	resp, _, err := fx.do(t, "GET", "/u")
+	require.NoError(t, err)
+	assert.Equal(t, "stale", resp.Header.Get("X-From-Cache"))
+}
+
+func TestFallbackOptionErrors(t *testing.T) {
+	for field, f := range map[string]FallbackOptions{
+		"Fallback.MaxStale":      {MaxStale: -1},
+		"Fallback.MaxEntryBytes": {MaxEntryBytes: 2 << 20, MaxBytes: 1 << 20},
+		"Fallback.MaxBytes":      {MaxBytes: -1},
+		"Fallback.Header":        {Header: "bad header"},
+	} {
+		_, err := NewHandler(Options{Fallback: f})
+		require.Error(t, err, field)
+		assert.Contains(t, err.Error(), "invalid option "+field)
+	}
+}
+
+func TestLoadConfigFallback(t *testing.T) {
+	cfg, err := LoadConfig(strings.NewReader(`{"upstreams": {"a": {"fallback": {"enabled": true, "maxStale": "2m",
+		"maxEntryBytes": 1024, "maxBytes": 4096, "header": "X-Stale", "onTransient": true, "shareCredentialed": true}}}}`))
+	require.NoError(t, err)
+	assert.Equal(t, FallbackOptions{Enabled: true, MaxStale: 2 * time.Minute, MaxEntryBytes: 1024, MaxBytes: 4096,
+		Header: "X-Stale", OnTransient: true, ShareCredentialed: true}, cfg.Upstreams["a"].Fallback)
+	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"a": {"fallback": {"maxStale": "0s"}}}}`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "fallback.maxStale")
+	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"a": {"fallback": {"header": 3}}}}`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "fallback.header")
+}
