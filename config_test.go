@@ -231,11 +231,16 @@ func TestLoadConfigWrittenZero(t *testing.T) {
 
 		{"perHost.maxHosts", `0`, `64`, ` (1000) or leave perHost.enabled false to share one circuit and one set of limits`, nil},
 		{"perHost.idleTimeout", `"0s"`, `"10m"`, ` (5m0s)`, nil},
+
+		{"fallback.maxStale", `"0s"`, `"1m"`, ` (10m0s) or leave fallback.enabled false to serve no stale responses`, nil},
+		{"fallback.maxEntryBytes", `0`, `1024`, ` (1048576)`, nil},
+		{"fallback.maxBytes", `0`, `4096`, ` (67108864)`, nil},
 	}
 
 	// Every numeric field of the configuration is in the table.
 	nonNumeric := map[string]bool{
 		"rateLimit": true, "retry": true, "circuitBreaker": true, "retryBudget": true, "hedging": true, "perHost": true, "logLevels": true,
+		"fallback": true, "header": true, "onTransient": true, "shareCredentialed": true,
 		"disabled": true, "enabled": true, "backoff": true, "noJitter": true, "methods": true, "excludeMethods": true, "ignoreRetryAfter": true,
 	}
 	var numeric []string
@@ -247,6 +252,7 @@ func TestLoadConfigWrittenZero(t *testing.T) {
 		"retryBudget.":    sortedKeys(retryBudgetFields),
 		"hedging.":        sortedKeys(hedgingFields),
 		"perHost.":        sortedKeys(perHostFields),
+		"fallback.":       sortedKeys(fallbackFields),
 	} {
 		for _, k := range keys {
 			if !nonNumeric[k] {
