@@ -65,6 +65,11 @@ func newFallbackFixture(t *testing.T, f FallbackOptions) *fallbackFixture {
 		if a := r.Header.Get("Authorization"); a != "" {
 			body += " for " + a
 		}
+		if r.URL.Query().Get("chunked") != "" {
+			io.WriteString(w, body[:4])
+			w.(http.Flusher).Flush() // no Content-Length: the body is chunked
+			body = body[4:]
+		}
 		io.WriteString(w, body)
 	}))
 	t.Cleanup(fx.srv.Close)
@@ -227,15 +232,16 @@ func TestFallbackCredentials(t *testing.T) {
 }
 
 func TestFallbackNotKept(t *testing.T) {
-	fx := newFallbackFixture(t, FallbackOptions{MaxEntryBytes: 8})
+	fx := newFallbackFixture(t, FallbackOptions{MaxEntryBytes: 20})
 	paths := []string{
 		"/nostore?h=Cache-Control:no-store",
 		"/private?h=Cache-Control:private,%20max-age%3D60",
 		"/varystar?h=Vary:*",
 		"/cookie?h=Set-Cookie:s%3D1",
-		"/big", // "body of /big" is longer than 8 bytes
+		"/long/long/long/path",         // "body of /long/long/long/path" is longer than 20 bytes
+		"/chunked/long/path?chunked=1", // so is this one, of unknown length
 	}
-	for _, p := range paths {
+	for _, p := range append(paths, "/kept") {
 		_, _, err := fx.do(t, "GET", p)
 		require.NoError(t, err)
 	}
@@ -244,7 +250,9 @@ func TestFallbackNotKept(t *testing.T) {
 		_, _, err := fx.do(t, "GET", p)
 		refused(t, err, ErrFallbackNone)
 	}
-	_, _, err := fx.do(t, "GET", "/x", "Cache-Control:no-store")
+	_, _, err := fx.do(t, "GET", "/kept")
+	require.NoError(t, err, "a response without those is kept")
+	_, _, err = fx.do(t, "GET", "/x", "Cache-Control:no-store")
 	refused(t, err, ErrFallbackIneligible)
 }
 
@@ -317,12 +325,26 @@ func TestFallbackNotForCallerThatLeft(t *testing.T) {
 	_, _, err := fx.do(t, "GET", "/l")
 	require.NoError(t, err)
 	fx.h.IsolateCircuit()
+
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", fx.srv.URL+"/l", nil)
 	_, err = fx.client.Do(req)
 	require.Error(t, err)
 	assert.ErrorIs(t, err, context.Canceled)
+
+	// The Cancel channel, as http.Client closes it for its Timeout with a
+	// RoundTripper it does not know.
+	req, _ = http.NewRequest("GET", fx.srv.URL+"/l", nil)
+	gone := make(chan struct{})
+	close(gone)
+	req.Cancel = gone //nolint:staticcheck // the deprecated way is still honoured
+	resp, err := fx.client.Transport.RoundTrip(req)
+	if resp != nil {
+		resp.Body.Close()
+	}
+	require.Error(t, err)
+	assert.ErrorIs(t, err, errRequestCanceled)
 }
 
 // memTransport answers every request with a 200 and a body of size bytes,
