@@ -46,6 +46,9 @@ import (
 //     the new limit run at once. RateLimit.MaxQueue applies at once; a new
 //     RequestsPerSecond or Burst makes a new rate limiter, whose burst is
 //     available at once.
+//   - The fallback layer's kept responses. A new Fallback.MaxBytes bounds
+//     the built-in store at once: a smaller one forgets the least recently
+//     used responses until they fit.
 //
 // Every other field (retries, hedging, timeouts, MaxBufferedBody,
 // PerHost.MaxHosts and IdleTimeout, Logger, LogLevels, OnEvent) applies
