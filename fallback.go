@@ -254,7 +254,8 @@ func varyNames(resp *http.Response) ([]string, bool) {
 
 // keeping returns the body to read resp through: a tee that keeps the
 // response when it is read to EOF if a shared cache could store it (a 200
-// to a GET, without no-store, private, Set-Cookie or Vary: *, and whose
+// to a GET, without no-store, private, no-cache, must-revalidate,
+// proxy-revalidate, Set-Cookie or Vary: *, and whose
 // request carried no credentials unless ShareCredentialed), else resp.Body.
 func (c *call) keeping(resp *http.Response) io.ReadCloser {
 	f := &c.cfg.Fallback
@@ -265,7 +266,9 @@ func (c *call) keeping(resp *http.Response) io.ReadCloser {
 	if key == "" {
 		return resp.Body
 	}
-	for _, d := range []string{"no-store", "private"} {
+	// RFC 9111 4.2.4: no-cache, must-revalidate and proxy-revalidate forbid
+	// serving the response stale.
+	for _, d := range []string{"no-store", "private", "no-cache", "must-revalidate", "proxy-revalidate"} {
 		if _, ok := cacheDirective(resp.Header, d); ok {
 			return resp.Body
 		}
@@ -319,10 +322,10 @@ func (t *keeper) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (t *keeper) Close() error {
-	t.dropped, t.buf = true, nil
-	return t.rc.Close()
-}
+// Close closes the body. It leaves the buffer alone: a caller may close the
+// body from another goroutine to cut a Read short, which then fails and
+// drops what was kept.
+func (t *keeper) Close() error { return t.rc.Close() }
 
 func (t *keeper) put() {
 	e := &FallbackEntry{StatusCode: t.status, Header: t.header, Body: t.buf, Stored: t.h.fallbackNow()}

@@ -236,6 +236,9 @@ func TestFallbackNotKept(t *testing.T) {
 	paths := []string{
 		"/nostore?h=Cache-Control:no-store",
 		"/private?h=Cache-Control:private,%20max-age%3D60",
+		"/nocache?h=Cache-Control:no-cache",
+		"/revalidate?h=Cache-Control:max-age%3D60,%20must-revalidate",
+		"/proxyrevalidate?h=Cache-Control:proxy-revalidate",
 		"/varystar?h=Vary:*",
 		"/cookie?h=Set-Cookie:s%3D1",
 		"/long/long/long/path",         // "body of /long/long/long/path" is longer than 20 bytes
