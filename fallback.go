@@ -371,7 +371,7 @@ func (c *call) fallback(err error) (*http.Response, error) {
 	if !ok || e == nil || e.Vary != nil {
 		return nil, &fallbackRefusal{err, ErrFallbackNone}
 	}
-	age := c.h.fallbackNow().Sub(e.Stored)
+	age := max(0, c.h.fallbackNow().Sub(e.Stored)) // a clock stepped back makes it fresh, not negative
 	if s, err := strconv.ParseInt(strings.TrimSpace(e.Header.Get("Age")), 10, 64); err == nil && s > 0 {
 		age += time.Duration(min(s, 1<<32)) * time.Second
 	}
