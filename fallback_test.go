@@ -473,3 +473,48 @@ func TestLoadConfigFallback(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "fallback.header")
 }
+
+// With OnTransient, a call cut short by the total timeout is answered too.
+func TestFallbackOnTotalTimeout(t *testing.T) {
+	var u *testUpstream
+	u = newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if n > 1 {
+			u.hang(r)
+			return
+		}
+		io.WriteString(w, "fresh")
+	})
+	h, err := NewHandler(Options{
+		TotalTimeout:   50 * time.Millisecond,
+		AttemptTimeout: -1,
+		Fallback:       FallbackOptions{Enabled: true, OnTransient: true},
+	})
+	require.NoError(t, err)
+	c := &http.Client{Transport: h.Transport(nil)}
+	t.Cleanup(c.CloseIdleConnections)
+	for i, want := range []string{"", "stale"} {
+		resp, err := c.Get(u.URL())
+		require.NoError(t, err, "call %d", i+1)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, "fresh", string(b))
+		assert.Equal(t, want, resp.Header.Get("X-Resilience-Fallback"))
+	}
+}
+
+// Nothing is kept while the layer is off; Update turns it on.
+func TestFallbackEnabledByUpdate(t *testing.T) {
+	fx := newFallbackFixture(t, FallbackOptions{})
+	require.NoError(t, fx.h.Update(Options{Retry: RetryOptions{Disabled: true}}))
+	_, _, err := fx.do(t, "GET", "/off")
+	require.NoError(t, err)
+	require.NoError(t, fx.h.Update(Options{Retry: RetryOptions{Disabled: true}, Fallback: FallbackOptions{Enabled: true}}))
+	_, _, err = fx.do(t, "GET", "/on")
+	require.NoError(t, err)
+	fx.h.IsolateCircuit()
+	_, _, err = fx.do(t, "GET", "/off")
+	refused(t, err, ErrFallbackNone)
+	_, _, err = fx.do(t, "GET", "/on")
+	require.NoError(t, err)
+}
