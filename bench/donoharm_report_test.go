@@ -22,6 +22,8 @@ type dnhMedian struct {
 	perCall float64 // upstream attempts / calls
 	load    float64 // peak attempts in any 100 ms / calls offered in 100 ms
 	opens   float64 // circuit openings
+	stale   float64 // % of calls answered stale by the fallback layer
+	oldest  float64 // seconds: the oldest stale answer's Age
 }
 
 type dnhReport struct {
@@ -45,6 +47,8 @@ func newDNHReport(clients []dnhClient, runs map[dnhKey][]dnhResult, wall time.Du
 			perCall: m(dnhResult.perCall),
 			load:    m(dnhResult.load),
 			opens:   m(func(x dnhResult) float64 { return float64(x.opens) }),
+			stale:   m(func(x dnhResult) float64 { return 100 * float64(x.stale) / float64(x.calls) }),
+			oldest:  m(func(x dnhResult) float64 { return x.oldest.Seconds() }),
 		}
 	}
 	return r
@@ -191,6 +195,12 @@ func (r *dnhReport) markdown() string {
 	})
 	table("Peak upstream load (most attempts in any 100 ms / calls offered in 100 ms)", func(_ dnhClient, m dnhMedian) string {
 		return fmt.Sprintf("%.2fx", m.load)
+	})
+	table("Served stale by the fallback layer (% of calls; the oldest Age, whole seconds)", func(_ dnhClient, m dnhMedian) string {
+		if m.stale == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.1f (%.0fs)", m.stale, m.oldest)
 	})
 	table("Circuit openings", func(c dnhClient, m dnhMedian) string {
 		if !c.breaker {

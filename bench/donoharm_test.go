@@ -104,6 +104,12 @@ var dnhVariants = []dnhVariant{
 		o.CircuitBreaker.Disabled = true
 		o.RetryBudget.Disabled = true
 	}},
+	// the defaults plus the stale fallback (issue 14), serving the kept
+	// answer to a GET when the circuit is open or retries ran out
+	{"resilience, fallback", func(o *resilience.Options) {
+		o.Fallback.Enabled = true
+		o.Fallback.OnTransient = true
+	}},
 }
 
 // dnhOptions are the standard handler's defaults with time scaled as the
@@ -180,9 +186,11 @@ func dnhClients(tb testing.TB) []dnhClient {
 // dnhResult is what one run measured.
 type dnhResult struct {
 	calls                            int
-	ok, status, timeout, open, other int // how the calls ended (see outcome)
-	dnhRecord                            // what the upstream saw
-	offeredPeak                      int // most calls started in any dnhWindow
+	ok, status, timeout, open, other int           // how the calls ended (see outcome)
+	stale                            int           // of the ok, answered by the fallback layer
+	oldest                           time.Duration // the oldest Age of a stale answer
+	dnhRecord                                      // what the upstream saw
+	offeredPeak                      int           // most calls started in any dnhWindow
 	opens                            int64
 	wall                             time.Duration
 }
@@ -209,10 +217,14 @@ func runDoNoHarm(tb testing.TB, sc dnhScenario, seed uint64, cl dnhClient) dnhRe
 		starts = make([]time.Duration, sc.calls) // nominal or actual
 		url    = up.URL() + "/items"
 	)
-	count := func(o outcome) {
+	count := func(a dnhAnswer) {
 		mu.Lock()
 		defer mu.Unlock()
-		switch o {
+		if a.stale {
+			res.stale++
+			res.oldest = max(res.oldest, a.age)
+		}
+		switch a.outcome {
 		case outcomeOK:
 			res.ok++
 		case outcomeStatus:
@@ -266,20 +278,36 @@ func runDoNoHarm(tb testing.TB, sc dnhScenario, seed uint64, cl dnhClient) dnhRe
 // when the handler returns: that frees the connections of responses a
 // client never closed (failsafehttp's retried ones), which would otherwise
 // stay busy, with two goroutines each, for as long as the transport lives.
-func dnhCall(c *http.Client, url string, k int) outcome {
+func dnhCall(c *http.Client, url string, k int) dnhAnswer {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return outcomeOther
+		return dnhAnswer{outcome: outcomeOther}
 	}
 	req.Header.Set("X-Call", strconv.Itoa(k))
 	resp, err := c.Do(req)
+	var a dnhAnswer
 	if err == nil {
 		_, err = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+		if resp.Header.Get("X-Resilience-Fallback") != "" {
+			a.stale = true
+			if s, perr := strconv.Atoi(resp.Header.Get("Age")); perr == nil {
+				a.age = time.Duration(s) * time.Second
+			}
+		}
 	}
-	return classify(resp, err)
+	a.outcome = classify(resp, err)
+	return a
+}
+
+// dnhAnswer is how a call ended, and whether the fallback layer answered
+// it with a kept response, of which Age.
+type dnhAnswer struct {
+	outcome outcome
+	stale   bool
+	age     time.Duration
 }
 
 // BenchmarkDoNoHarm runs the do-no-harm experiment once, whatever b.N (run
