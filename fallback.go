@@ -16,7 +16,8 @@ import (
 
 // The fallback layer, outside the whole stack: a GET or HEAD whose call
 // fails because the circuit is open (or, with OnTransient, because retries
-// ran out on a transient failure or the total timeout passed) is answered
+// ran out on a transient failure, a 5xx response included, or the total
+// timeout passed) is answered
 // with the last good response kept for the same request, labelled and with
 // its Age. Responses are kept as the caller reads them (keeping, below);
 // the store is fallbackstore.go's.
@@ -55,8 +56,10 @@ type FallbackOptions struct {
 	Header string
 
 	// OnTransient also serves a fallback when retries ran out on a
-	// transient failure (an error, not a response) or the total timeout
-	// passed. By default only an open or isolated circuit is.
+	// transient failure (an error, or a 500, 502, 503 or 504 response: the
+	// errors of RFC 5861's stale-if-error) or the total timeout passed. By
+	// default only an open or isolated circuit is. With no kept response to
+	// serve, such a response reaches the caller untouched.
 	OnTransient bool
 
 	// ShareCredentialed keeps responses to requests that carry an
@@ -359,9 +362,43 @@ func (c *call) fallback(err error) (*http.Response, error) {
 	if !c.fallbackServes(err) {
 		return nil, err
 	}
+	resp, reason := c.stale()
+	if reason != nil {
+		return nil, &fallbackRefusal{err, reason}
+	}
+	c.emit(Event{Kind: EventFallback, StatusCode: resp.StatusCode, Err: err})
+	return resp, nil
+}
+
+// fallbackOnStatus answers, with OnTransient, a call whose retries ran out on
+// a 500, 502, 503 or 504 (what RFC 5861's stale-if-error counts as an
+// error) with the kept response instead, and the upstream's own response,
+// untouched, when there is none to serve.
+func (c *call) fallbackOnStatus(resp *http.Response) *http.Response {
+	switch resp.StatusCode {
+	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+	default:
+		return resp
+	}
+	if !c.cfg.Fallback.OnTransient || c.callerLeft() != nil {
+		return resp
+	}
+	kept, reason := c.stale()
+	if reason != nil {
+		return resp
+	}
+	c.discard(resp) // the upstream's error answer gives way to the kept one
+	c.emit(Event{Kind: EventFallback, StatusCode: kept.StatusCode})
+	return kept
+}
+
+// stale returns the response kept for the call's request, labelled and
+// with its Age, or why there is none to serve: ErrFallbackIneligible,
+// ErrFallbackNone or ErrFallbackTooStale.
+func (c *call) stale() (*http.Response, error) {
 	key := fallbackKey(c.cfg, c.req)
 	if key == "" {
-		return nil, &fallbackRefusal{err, ErrFallbackIneligible}
+		return nil, ErrFallbackIneligible
 	}
 	store := c.h.fallbackStore(c.cfg)
 	e, ok := store.Get(key)
@@ -369,7 +406,7 @@ func (c *call) fallback(err error) (*http.Response, error) {
 		e, ok = store.Get(variantKey(key, c.req, e.Vary))
 	}
 	if !ok || e == nil || e.Vary != nil {
-		return nil, &fallbackRefusal{err, ErrFallbackNone}
+		return nil, ErrFallbackNone
 	}
 	age := max(0, c.h.fallbackNow().Sub(e.Stored)) // a clock stepped back makes it fresh, not negative
 	if s, err := strconv.ParseInt(strings.TrimSpace(e.Header.Get("Age")), 10, 64); err == nil && s > 0 {
@@ -382,7 +419,7 @@ func (c *call) fallback(err error) (*http.Response, error) {
 		}
 	}
 	if age > bound {
-		return nil, &fallbackRefusal{err, ErrFallbackTooStale}
+		return nil, ErrFallbackTooStale
 	}
 	h := e.Header.Clone()
 	h.Set(c.cfg.Fallback.Header, "stale")
@@ -401,7 +438,6 @@ func (c *call) fallback(err error) (*http.Response, error) {
 	if c.req.Method == http.MethodGet && len(e.Body) > 0 {
 		resp.Body = io.NopCloser(bytes.NewReader(e.Body))
 	}
-	c.emit(Event{Kind: EventFallback, StatusCode: e.StatusCode, Err: err})
 	return resp, nil
 }
 

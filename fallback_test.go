@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -517,4 +518,58 @@ func TestFallbackEnabledByUpdate(t *testing.T) {
 	refused(t, err, ErrFallbackNone)
 	_, _, err = fx.do(t, "GET", "/on")
 	require.NoError(t, err)
+}
+
+// With OnTransient, a call whose retries ran out on a 500, 502, 503 or 504
+// (RFC 5861's errors) is answered from the kept response; with nothing kept,
+// or without OnTransient, the upstream's answer reaches the caller untouched.
+func TestFallbackOnTransientStatus(t *testing.T) {
+	var failing atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if failing.Load() {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "fresh "+r.URL.Path)
+	}))
+	defer srv.Close()
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprint("OnTransient=", on), func(t *testing.T) {
+			failing.Store(false)
+			var served atomic.Int64
+			h, err := NewHandler(Options{
+				Fallback: FallbackOptions{Enabled: true, OnTransient: on},
+				Retry:    RetryOptions{MaxRetries: 1, Delay: time.Millisecond, NoJitter: true},
+				OnEvent: func(e Event) {
+					if e.Kind == EventFallback {
+						served.Add(1)
+					}
+				},
+			})
+			require.NoError(t, err)
+			tr := h.Transport(&http.Transport{})
+			defer tr.CloseIdleConnections()
+			get := func(path string) (*http.Response, string) {
+				resp, err := tr.RoundTrip(newTestRequest(t, context.Background(), http.MethodGet, srv.URL+path, nil))
+				require.NoError(t, err)
+				return resp, readBody(t, resp)
+			}
+			get("/kept")
+			failing.Store(true)
+
+			resp, body := get("/kept")
+			if on {
+				assert.Equal(t, http.StatusOK, resp.StatusCode)
+				assert.Equal(t, "fresh /kept", body)
+				assert.Equal(t, "stale", resp.Header.Get("X-Resilience-Fallback"))
+				assert.EqualValues(t, 1, served.Load())
+			} else {
+				assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+				assert.Empty(t, resp.Header.Get("X-Resilience-Fallback"))
+			}
+			resp, body = get("/never-kept")
+			assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "nothing kept: the upstream's answer, untouched")
+			assert.Equal(t, "busy\n", body)
+		})
+	}
 }

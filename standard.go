@@ -92,6 +92,12 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 		}
 		return nil, err
 	}
+	if cfg.Fallback.Enabled && resp.StatusCode >= 500 {
+		if kept := c.fallbackOnStatus(resp); kept != resp {
+			c.finish()
+			return kept, nil
+		}
+	}
 	c.deliver(resp)
 	return resp, nil
 }
