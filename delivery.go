@@ -39,7 +39,9 @@ func (c *call) discard(resp *http.Response) *http.Response {
 	cancel := c.cancel
 	c.cancel = nil
 	c.mu.Unlock()
-	cancel(nil)
+	if cancel != nil { // nil for a response already kept in memory
+		cancel(nil)
+	}
 	return kept
 }
 

@@ -573,3 +573,59 @@ func TestFallbackOnTransientStatus(t *testing.T) {
 		})
 	}
 }
+
+// A call refused by the retry budget after its wait answers with the
+// response it kept in memory; with OnTransient and a kept fallback, that
+// answer gives way to the fallback without a second drain going wrong.
+func TestFallbackAfterBudgetRefusedTheWaitedRetry(t *testing.T) {
+	var failing atomic.Bool
+	var aHits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !failing.Load() {
+			io.WriteString(w, "fresh "+r.URL.Path)
+			return
+		}
+		if r.URL.Path == "/a" {
+			aHits.Add(1)
+			w.Header().Set("Retry-After", "1")
+		}
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	h, err := NewHandler(Options{
+		Fallback:       FallbackOptions{Enabled: true, OnTransient: true},
+		Retry:          quickRetry(),
+		RetryBudget:    RetryBudgetOptions{MaxTokens: 1},
+		CircuitBreaker: CircuitBreakerOptions{Disabled: true},
+	})
+	require.NoError(t, err)
+	tr := h.Transport(&http.Transport{})
+	defer tr.CloseIdleConnections()
+	get := func(path string) (*http.Response, error) {
+		return tr.RoundTrip(newTestRequest(t, context.Background(), http.MethodGet, srv.URL+path, nil))
+	}
+	resp, err := get("/a")
+	require.NoError(t, err)
+	readBody(t, resp) // kept
+	failing.Store(true)
+
+	type answer struct {
+		resp *http.Response
+		err  error
+	}
+	a := make(chan answer, 1)
+	go func() {
+		resp, err := get("/a")
+		a <- answer{resp, err}
+	}()
+	require.Eventually(t, func() bool { return aHits.Load() == 1 }, 5*time.Second, time.Millisecond)
+	resp, err = get("/b") // spends the only token while /a waits out its Retry-After
+	require.NoError(t, err)
+	readBody(t, resp)
+
+	got := <-a
+	require.NoError(t, got.err)
+	assert.Equal(t, http.StatusOK, got.resp.StatusCode)
+	assert.Equal(t, "stale", got.resp.Header.Get("X-Resilience-Fallback"))
+	assert.Equal(t, "fresh /a", readBody(t, got.resp))
+}
