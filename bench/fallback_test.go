@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -101,49 +100,33 @@ func BenchmarkFallbackOutage(b *testing.B) {
 			}
 			c := &http.Client{Transport: t}
 			var (
-				next      atomic.Int64
-				wg        sync.WaitGroup
 				ok, stale atomic.Int64
 				maxAge    atomic.Int64
 				begin     = time.Now()
 			)
 			start.Store(begin.UnixNano())
-			for range faultConcurrency {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+			openLoop(requests, faultConcurrency, begin, interval, func(k int64) {
+				resp, err := c.Get(fmt.Sprintf("%s/items/%d", srv.URL, k%urls))
+				if err != nil {
+					return
+				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK {
+					return
+				}
+				ok.Add(1)
+				if resp.Header.Get("X-Resilience-Fallback") == "stale" {
+					stale.Add(1)
+					age, _ := strconv.ParseInt(resp.Header.Get("Age"), 10, 64)
 					for {
-						k := next.Add(1)
-						if k > requests {
-							return
-						}
-						if d := time.Until(begin.Add(time.Duration(k-1) * interval)); d > 0 {
-							time.Sleep(d)
-						}
-						resp, err := c.Get(fmt.Sprintf("%s/items/%d", srv.URL, k%urls))
-						if err != nil {
-							continue
-						}
-						_, err = io.Copy(io.Discard, resp.Body)
-						resp.Body.Close()
-						if err != nil || resp.StatusCode != http.StatusOK {
-							continue
-						}
-						ok.Add(1)
-						if resp.Header.Get("X-Resilience-Fallback") == "stale" {
-							stale.Add(1)
-							age, _ := strconv.ParseInt(resp.Header.Get("Age"), 10, 64)
-							for {
-								m := maxAge.Load()
-								if age <= m || maxAge.CompareAndSwap(m, age) {
-									break
-								}
-							}
+						m := maxAge.Load()
+						if age <= m || maxAge.CompareAndSwap(m, age) {
+							break
 						}
 					}
-				}()
-			}
-			wg.Wait()
+				}
+			})
 			b.ReportMetric(100*float64(ok.Load())/requests, "success-%")
 			b.ReportMetric(100*float64(stale.Load())/requests, "stale-%")
 			b.ReportMetric(float64(maxAge.Load()), "max-age-s")

@@ -204,50 +204,32 @@ func runFaults(tb testing.TB, mix faultMix, p faultPeer) faultResult {
 		tb.Fatalf("%s: %v", p.name, err)
 	}
 	var (
-		next     atomic.Int64
-		wg       sync.WaitGroup
 		mu       sync.Mutex
 		res      faultResult
 		latency  = make([]time.Duration, 0, faultRequests)
 		url      = srv.URL() + "/items"
 		startAll = time.Now()
 	)
-	for range faultConcurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				k := next.Add(1)
-				if k > faultRequests {
-					return
-				}
-				// Open loop: request k starts at its slot on the
-				// schedule, or at once if every caller was busy then.
-				if d := time.Until(startAll.Add(time.Duration(k-1) * faultInterval)); d > 0 {
-					time.Sleep(d)
-				}
-				start := time.Now()
-				kind := faultCall(c, url)
-				d := time.Since(start)
-				mu.Lock()
-				latency = append(latency, d)
-				switch kind {
-				case outcomeOK:
-					res.ok++
-				case outcomeStatus:
-					res.failStatus++
-				case outcomeTimeout:
-					res.failTimeout++
-				case outcomeOpen:
-					res.failOpen++
-				default:
-					res.failOther++
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	openLoop(faultRequests, faultConcurrency, startAll, faultInterval, func(int64) {
+		start := time.Now()
+		kind := faultCall(c, url)
+		d := time.Since(start)
+		mu.Lock()
+		latency = append(latency, d)
+		switch kind {
+		case outcomeOK:
+			res.ok++
+		case outcomeStatus:
+			res.failStatus++
+		case outcomeTimeout:
+			res.failTimeout++
+		case outcomeOpen:
+			res.failOpen++
+		default:
+			res.failOther++
+		}
+		mu.Unlock()
+	})
 	res.wall = time.Since(startAll)
 	c.CloseIdleConnections()
 	base.CloseIdleConnections()
@@ -353,4 +335,29 @@ func BenchmarkFaults(b *testing.B) {
 			})
 		}
 	}
+}
+
+// openLoop makes n calls from conc goroutines, open loop: call k (from 1)
+// starts at begin+(k-1)*interval, or at once if every caller was busy then.
+// It returns when every call has returned.
+func openLoop(n int64, conc int, begin time.Time, interval time.Duration, call func(k int64)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				k := next.Add(1)
+				if k > n {
+					return
+				}
+				if d := time.Until(begin.Add(time.Duration(k-1) * interval)); d > 0 {
+					time.Sleep(d)
+				}
+				call(k)
+			}
+		}()
+	}
+	wg.Wait()
 }
