@@ -353,6 +353,7 @@ var rateLimitFields = fieldSet[RateLimitOptions]{
 	"maxQueue":          intField(func(o *RateLimitOptions) *int { return &o.MaxQueue }, keepZero),
 	"requestsPerSecond": floatField(func(o *RateLimitOptions) *float64 { return &o.RequestsPerSecond }, keepZero),
 	"burst":             intField(func(o *RateLimitOptions) *int { return &o.Burst }, keepZero),
+	"wait":              boolField(func(o *RateLimitOptions) *bool { return &o.Wait }),
 }
 
 // retryFields decode into the whole fileOptions, for maxRetries' sake.

@@ -122,6 +122,15 @@ type RateLimitOptions struct {
 	// Burst is how many calls may start at once within the rate. It needs
 	// RequestsPerSecond. Default 0: calls are spaced evenly.
 	Burst int
+
+	// Wait makes a call over a rate wait for its permit instead of failing
+	// at once with ErrRateLimited: the rate of RequestsPerSecond, or any
+	// other rate the handler follows. A call waits only when its permit is
+	// due before its deadline (the earlier of TotalTimeout and the request
+	// context's deadline); otherwise it fails at once, and the error's
+	// *RateLimitError says when the permit is due. A waiting call holds
+	// its concurrency permit. Default false: fail fast.
+	Wait bool
 }
 
 // PerHostOptions configures per-host isolation. With it, RateLimit and

@@ -220,11 +220,7 @@ func (c *call) nextDelay(n int, resp *http.Response, err error) (time.Duration, 
 		}
 		now = time.Now() // the function's own time counts against the deadline
 	}
-	deadline := c.totalAt
-	if d, ok := c.req.Context().Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
-		deadline = d
-	}
-	if !deadline.IsZero() && !now.Add(wait).Before(deadline) {
+	if deadline := c.deadline(); !deadline.IsZero() && !now.Add(wait).Before(deadline) {
 		return 0, false
 	}
 	return wait, true
