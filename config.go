@@ -469,6 +469,7 @@ var optionFields = fieldSet[fileOptions]{
 	"hedging":        objectField(hedgingFields, func(o *fileOptions) *HedgingOptions { return &o.Hedging }),
 	"fallback":       objectField(fallbackFields, func(o *fileOptions) *FallbackOptions { return &o.Fallback }),
 	"logLevels":      logLevelsField,
+	"idempotency":    objectField(idempotencyFields, func(o *fileOptions) *IdempotencyOptions { return &o.Idempotency }),
 }
 
 func logLevelsField(o *fileOptions, raw json.RawMessage, path string) error {

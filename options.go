@@ -85,6 +85,10 @@ type Options struct {
 	// circuit is open with the last good response kept for it, labelled.
 	Fallback FallbackOptions
 
+	// Idempotency declares that the upstream keeps the idempotency-key
+	// protocol, so that writes carrying a key are retried like reads.
+	Idempotency IdempotencyOptions
+
 	// Logger, when set, receives every Event at the level its kind
 	// suggests: retries warn; timeouts, rejections and an opening circuit
 	// are errors; the circuit closing or half-opening is info.
@@ -541,6 +545,9 @@ func resolve(o Options) (*config, error) {
 	}
 
 	if err := resolveFallback(&o.Fallback, bad); err != nil {
+		return nil, err
+	}
+	if err := resolveIdempotency(&o.Idempotency, bad); err != nil {
 		return nil, err
 	}
 
