@@ -28,10 +28,11 @@ func (c *call) admit() (queued bool, err error) {
 		}
 		c.permit = p
 	}
-	if p.limiter != nil && !p.limiter.TryAcquirePermit() {
-		c.releasePermit()
-		c.emit(Event{Kind: EventRateLimited})
-		return false, c.errorf(ErrRateLimited, nil, "over %g requests per second", p.rl.RequestsPerSecond)
+	if p.limiter != nil {
+		if err := c.paceLocal(p.limiter, p.rl); err != nil {
+			c.releasePermit()
+			return false, err
+		}
 	}
 	return queued, nil
 }

@@ -219,7 +219,12 @@ func TestAdmissionRequestsPerSecond(t *testing.T) {
 	assert.Equal(t, http.StatusOK, status)
 	_, err = cbGet(t, tr, up.URL)
 	require.ErrorIs(t, err, ErrRateLimited)
-	assert.Contains(t, err.Error(), "per second")
+	var rle *RateLimitError
+	require.ErrorAs(t, err, &rle)
+	assert.Equal(t, "local", rle.Limit)
+	assert.Positive(t, rle.RetryAfter, "the next permit is due within the interval")
+	assert.LessOrEqual(t, rle.RetryAfter, time.Second)
+	assert.Contains(t, err.Error(), "over the local rate, next permit in")
 	assert.EqualValues(t, 1, up.hits.Load())
 	assert.Equal(t, 1, rec.count(EventRateLimited))
 

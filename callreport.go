@@ -16,6 +16,9 @@ func (c *call) ended(start time.Time, resp *http.Response, err error) {
 		r := c.over.report
 		r.Attempts = c.attempts
 		r.Endpoint = keyOf(c.req.URL).String()
+		if c.keyed {
+			r.IdempotencyKey = c.req.Header.Get(c.cfg.Idempotency.Header)
+		}
 	}
 	if c.cfg.observed() {
 		e := Event{Kind: EventCall, Attempt: c.attempts, Duration: time.Since(start), Err: err}

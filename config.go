@@ -353,6 +353,7 @@ var rateLimitFields = fieldSet[RateLimitOptions]{
 	"maxQueue":          intField(func(o *RateLimitOptions) *int { return &o.MaxQueue }, keepZero),
 	"requestsPerSecond": floatField(func(o *RateLimitOptions) *float64 { return &o.RequestsPerSecond }, keepZero),
 	"burst":             intField(func(o *RateLimitOptions) *int { return &o.Burst }, keepZero),
+	"wait":              boolField(func(o *RateLimitOptions) *bool { return &o.Wait }),
 }
 
 // retryFields decode into the whole fileOptions, for maxRetries' sake.
@@ -468,6 +469,7 @@ var optionFields = fieldSet[fileOptions]{
 	"hedging":        objectField(hedgingFields, func(o *fileOptions) *HedgingOptions { return &o.Hedging }),
 	"fallback":       objectField(fallbackFields, func(o *fileOptions) *FallbackOptions { return &o.Fallback }),
 	"logLevels":      logLevelsField,
+	"idempotency":    objectField(idempotencyFields, func(o *fileOptions) *IdempotencyOptions { return &o.Idempotency }),
 }
 
 func logLevelsField(o *fileOptions, raw json.RawMessage, path string) error {

@@ -241,7 +241,7 @@ func TestLoadConfigWrittenZero(t *testing.T) {
 	nonNumeric := map[string]bool{
 		"rateLimit": true, "retry": true, "circuitBreaker": true, "retryBudget": true, "hedging": true, "perHost": true, "logLevels": true,
 		"fallback": true, "header": true, "onTransient": true, "shareCredentialed": true,
-		"disabled": true, "enabled": true, "backoff": true, "noJitter": true, "methods": true, "excludeMethods": true, "ignoreRetryAfter": true,
+		"disabled": true, "enabled": true, "wait": true, "hedge": true, "idempotency": true, "backoff": true, "noJitter": true, "methods": true, "excludeMethods": true, "ignoreRetryAfter": true,
 	}
 	var numeric []string
 	for prefix, keys := range map[string][]string{

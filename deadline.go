@@ -135,3 +135,14 @@ func (c *call) fire() {
 	c.mu.Unlock()
 	cancel(cause)
 }
+
+// deadline is when the call must be over: the earlier of the total
+// timeout and the request context's own deadline (http.Client.Timeout is
+// one), or zero when it has neither.
+func (c *call) deadline() time.Time {
+	deadline := c.totalAt
+	if d, ok := c.req.Context().Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+		deadline = d
+	}
+	return deadline
+}

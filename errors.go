@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Errors returned by a Transport, for use with errors.Is. The error a
@@ -32,6 +33,32 @@ var (
 	// context.DeadlineExceeded) holds.
 	ErrAttemptTimeout error = &timeoutError{"resilience: attempt timeout"}
 )
+
+// A RateLimitError is the cause under ErrRateLimited when a rate refused
+// the call: it names the rate and says when its next permit is due, as a
+// Retry-After header would. errors.As finds it in the error RoundTrip
+// returns.
+type RateLimitError struct {
+	// Limit names the rate that refused the call: "local" for
+	// RateLimitOptions.RequestsPerSecond, "shared" for a rate shared with
+	// other processes, "server" for the quota the upstream announced.
+	Limit string
+
+	// RetryAfter is how long after the refusal the next permit is due; a
+	// call made then may still find it taken by another. Zero when the
+	// rate cannot tell.
+	RetryAfter time.Duration
+}
+
+func (e *RateLimitError) Error() string {
+	if e.RetryAfter <= 0 {
+		return "resilience: over the " + e.Limit + " rate"
+	}
+	return fmt.Sprintf("resilience: over the %s rate, next permit in %v", e.Limit, e.RetryAfter)
+}
+
+// Is reports whether target is ErrRateLimited.
+func (e *RateLimitError) Is(target error) bool { return target == ErrRateLimited }
 
 // timeoutError is the type of the timeout sentinels: code written for
 // http.Client checks net.Error.Timeout or context.DeadlineExceeded.

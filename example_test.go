@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -505,4 +506,51 @@ func ExampleWithReport() {
 	resp.Body.Close()
 	fmt.Println("status:", resp.StatusCode, "attempts:", report.Attempts, "waited:", report.Waited, "budget refused:", report.BudgetRefused)
 	// Output: status: 200 attempts: 3 waited: 20ms budget refused: false
+}
+
+// An upstream that keeps the idempotency-key protocol stores each key's
+// outcome, so a POST that carries a key can be retried: here the first
+// attempt's answer is lost with its connection, and the retry, with the
+// same key, gets the stored answer instead of charging twice.
+func ExampleIdempotencyOptions() {
+	var mu sync.Mutex
+	charges := map[string]string{} // key -> the charge it made: the upstream's store
+	var attempts atomic.Int32
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		mu.Lock()
+		id, seen := charges[key]
+		if !seen {
+			id = fmt.Sprintf("ch_%d", len(charges)+1)
+			charges[key] = id
+		}
+		mu.Unlock()
+		if attempts.Add(1) == 1 { // the charge is made, but its answer is lost
+			conn, _, _ := http.NewResponseController(w).Hijack()
+			conn.Close()
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, id)
+	}))
+	defer upstream.Close()
+
+	t, err := resilience.NewTransport(nil, resilience.Options{
+		Name:        "payments",
+		Retry:       resilience.RetryOptions{Delay: time.Millisecond},
+		Idempotency: resilience.IdempotencyOptions{Enabled: true},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer t.CloseIdleConnections()
+
+	resp, err := (&http.Client{Transport: t}).Post(upstream.URL, "application/json", strings.NewReader(`{"amount": 100}`))
+	if err != nil {
+		panic(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode, string(body), "attempts:", attempts.Load(), "charges:", len(charges))
+	// Output: 201 ch_1 attempts: 2 charges: 1
 }

@@ -55,7 +55,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 	c.armLocked(c.totalAt, ErrTotalTimeout, now)
 	c.mu.Unlock()
 
-	c.repeatable = cfg.methods.repeatable(c.req, c.over)
+	c.repeatable = (c.keyed && cfg.Idempotency.Hedge) || cfg.methods.repeatable(c.req, c.over)
 	if err := c.body.prepare(c.req, c.repeatable, cfg.MaxBufferedBody); err != nil {
 		return nil, c.errorf(nil, err, "")
 	}

@@ -85,6 +85,10 @@ type Options struct {
 	// circuit is open with the last good response kept for it, labelled.
 	Fallback FallbackOptions
 
+	// Idempotency declares that the upstream keeps the idempotency-key
+	// protocol, so that writes carrying a key are retried like reads.
+	Idempotency IdempotencyOptions
+
 	// Logger, when set, receives every Event at the level its kind
 	// suggests: retries warn; timeouts, rejections and an opening circuit
 	// are errors; the circuit closing or half-opening is info.
@@ -122,6 +126,15 @@ type RateLimitOptions struct {
 	// Burst is how many calls may start at once within the rate. It needs
 	// RequestsPerSecond. Default 0: calls are spaced evenly.
 	Burst int
+
+	// Wait makes a call over a rate wait for its permit instead of failing
+	// at once with ErrRateLimited: the rate of RequestsPerSecond, or any
+	// other rate the handler follows. A call waits only when its permit is
+	// due before its deadline (the earlier of TotalTimeout and the request
+	// context's deadline); otherwise it fails at once, and the error's
+	// *RateLimitError says when the permit is due. A waiting call holds
+	// its concurrency permit. Default false: fail fast.
+	Wait bool
 }
 
 // PerHostOptions configures per-host isolation. With it, RateLimit and
@@ -532,6 +545,9 @@ func resolve(o Options) (*config, error) {
 	}
 
 	if err := resolveFallback(&o.Fallback, bad); err != nil {
+		return nil, err
+	}
+	if err := resolveIdempotency(&o.Idempotency, bad); err != nil {
 		return nil, err
 	}
 

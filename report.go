@@ -29,6 +29,11 @@ type Report struct {
 
 	// Endpoint is the authority (scheme://host[:port]) the attempts went to.
 	Endpoint string
+
+	// IdempotencyKey is the key every attempt carried, when the handler's
+	// Idempotency options made the call a keyed write: the caller's own, or
+	// the one the handler made. Log it to reconcile with the upstream.
+	IdempotencyKey string
 }
 
 // WithReport returns a context whose requests fill in r when their

@@ -37,6 +37,7 @@ type call struct {
 type retrying struct {
 	attempts   int  // attempts sent so far
 	repeatable bool // the request may be sent more than once
+	keyed      bool // the request carries an idempotency key its upstream keeps
 	retryable  bool // the last attempt failed in a way the retry layer retries
 	prepared   bool // body.prepare has run
 	delays     backoff.BackOff
@@ -62,6 +63,7 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 			c.totalLimit = max(0, o.total)
 		}
 	}
+	c.keyRequest()
 	now := time.Now()
 	if c.totalLimit > 0 {
 		c.totalAt = now.Add(c.totalLimit)
@@ -106,7 +108,7 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 // the error.
 func (c *call) run(now time.Time) (*http.Response, error) {
 	cfg := c.cfg
-	c.repeatable = !cfg.Retry.Disabled && cfg.methods.repeatable(c.req, c.over)
+	c.repeatable = !cfg.Retry.Disabled && (c.keyed || cfg.methods.repeatable(c.req, c.over))
 	var waited time.Duration // before attempt n
 	for n := 1; ; n++ {
 		if n > 1 {
@@ -207,7 +209,11 @@ func (c *call) nextDelay(n int, resp *http.Response, err error) (time.Duration, 
 	now := time.Now()
 	honoured := false
 	if !r.IgnoreRetryAfter {
-		if d, ok := retryAfter(resp, now); ok {
+		d, ok := retryAfter(resp, now)
+		if !ok && c.keyed {
+			d, ok = conflictRetryAfter(resp, now)
+		}
+		if ok {
 			if r.MaxRetryAfter > 0 && d > r.MaxRetryAfter {
 				return 0, false
 			}
@@ -220,11 +226,7 @@ func (c *call) nextDelay(n int, resp *http.Response, err error) (time.Duration, 
 		}
 		now = time.Now() // the function's own time counts against the deadline
 	}
-	deadline := c.totalAt
-	if d, ok := c.req.Context().Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
-		deadline = d
-	}
-	if !deadline.IsZero() && !now.Add(wait).Before(deadline) {
+	if deadline := c.deadline(); !deadline.IsZero() && !now.Add(wait).Before(deadline) {
 		return 0, false
 	}
 	return wait, true
@@ -366,6 +368,9 @@ func (c *call) judge(first bool, resp *http.Response, err error) (retryable bool
 	retryable = transient
 	if f := cfg.Retry.ShouldRetry; f != nil {
 		retryable = f(c.req, resp, err)
+	}
+	if c.keyed {
+		retryable = keyedVerdict(resp, retryable)
 	}
 	if b := c.s.breaker(); b != nil {
 		failed := transient

@@ -1,0 +1,148 @@
+package resilience
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"time"
+)
+
+// The client half of the idempotency-key protocol (IETF httpapi draft
+// "The Idempotency-Key HTTP Header Field"): an upstream that keeps it
+// stores the outcome of each keyed request, so a write sent twice with one
+// key takes effect once. For such an upstream a write that carries a key
+// is as safe to retry as a GET; without one, the method rule of methods.go
+// stands. The idempotency subpackage is the server half.
+
+// DefaultIdempotencyHeader is the request header that carries the key.
+const DefaultIdempotencyHeader = "Idempotency-Key"
+
+// IdempotencyOptions declares that the upstream implements the
+// idempotency-key protocol. With Enabled, a request whose method is not
+// safe (anything but GET, HEAD, OPTIONS and TRACE) is given a key, unless
+// it has one already, and may then be retried like a GET: every attempt
+// carries the same key, so the upstream acts on it once. A 409 Conflict
+// (the key's first request still running) is retried after its
+// Retry-After; a 422 Unprocessable Content (the key reused with a
+// different request) is never retried and reaches the caller as it came.
+//
+// The claim is the upstream's to keep: enable this only for an upstream
+// that stores each key's outcome durably, as the idempotency package does.
+// A request made with WithRetryable(ctx, false) is left alone.
+type IdempotencyOptions struct {
+	// Enabled declares that the upstream keeps the protocol.
+	Enabled bool
+
+	// Header is the request header that carries the key. Default
+	// DefaultIdempotencyHeader.
+	Header string
+
+	// Hedge lets a keyed write be hedged when Hedging is enabled, not only
+	// retried: its hedges reach the upstream while the first attempt may
+	// still hold the key, and get a 409 they then retry. Default false:
+	// with Hedging enabled, a keyed write is sent once.
+	Hedge bool
+}
+
+// resolveIdempotency fills in the protocol's defaults and validates them.
+func resolveIdempotency(o *IdempotencyOptions, bad func(string, any, string) error) error {
+	if o.Header != "" && !validHeaderName(o.Header) {
+		return bad("Idempotency.Header", o.Header, "must be a valid header field name")
+	}
+	if o.Header == "" {
+		o.Header = DefaultIdempotencyHeader
+	}
+	o.Header = http.CanonicalHeaderKey(o.Header)
+	return nil
+}
+
+var idempotencyFields = fieldSet[IdempotencyOptions]{
+	"enabled": boolField(func(o *IdempotencyOptions) *bool { return &o.Enabled }),
+	"header":  stringField(func(o *IdempotencyOptions) *string { return &o.Header }),
+	"hedge":   boolField(func(o *IdempotencyOptions) *bool { return &o.Hedge }),
+}
+
+// isSafeMethod reports whether method is safe (RFC 9110 section 9.2.1):
+// sending it has no effect a key would need to guard.
+func isSafeMethod(method string) bool {
+	switch method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
+}
+
+// keyRequest makes c a keyed call when its handler's upstream keeps the
+// protocol and its request is a write the caller did not mark as not
+// retryable: the request gets a fresh random key unless it has one. The
+// caller's request is never changed; a keyed copy is sent instead.
+func (c *call) keyRequest() {
+	o := c.cfg.Idempotency
+	if !o.Enabled || isSafeMethod(c.req.Method) || (c.over != nil && c.over.retryable < 0) {
+		return
+	}
+	c.keyed = true
+	if c.req.Header.Get(o.Header) != "" {
+		return
+	}
+	key := newIdempotencyKey()
+	r := new(http.Request)
+	*r = *c.req
+	r.Header = c.req.Header.Clone()
+	if r.Header == nil {
+		r.Header = make(http.Header, 1)
+	}
+	r.Header[o.Header] = []string{key}
+	c.req = r
+}
+
+// newIdempotencyKey returns a random version 4 UUID, the form the IETF
+// draft's examples use and servers commonly validate. crypto/rand.Read
+// never fails (it crashes the program instead, since Go 1.24).
+func newIdempotencyKey() string {
+	var u [16]byte
+	rand.Read(u[:])
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
+	var b [36]byte
+	hex.Encode(b[0:8], u[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], u[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], u[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], u[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], u[10:])
+	return string(b[:])
+}
+
+// keyedVerdict adjusts, for a keyed call, whether the attempt that ended
+// with resp is retried: a 409 says the key's first request is still
+// running, so this one is retried; a 422 says the key was used for another
+// request, which no retry can mend, whatever ShouldRetry says.
+func keyedVerdict(resp *http.Response, retryable bool) bool {
+	if resp == nil {
+		return retryable
+	}
+	switch resp.StatusCode {
+	case http.StatusConflict:
+		return true
+	case http.StatusUnprocessableEntity:
+		return false
+	}
+	return retryable
+}
+
+// conflictRetryAfter returns the wait a keyed call's 409 asks for, if it
+// asks.
+func conflictRetryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
+	if resp == nil || resp.StatusCode != http.StatusConflict {
+		return 0, false
+	}
+	v := resp.Header.Get("Retry-After")
+	if v == "" {
+		return 0, false
+	}
+	return ParseRetryAfter(v, now)
+}
