@@ -34,6 +34,8 @@ type backend struct {
 	// dsn locates the database for a child process: a SQLite path or a
 	// PostgreSQL DSN with its schema.
 	kind, dsn string
+	// pool is the PostgreSQL pool, nil for SQLite.
+	pool *pgxpool.Pool
 }
 
 func eachBackend(t *testing.T, f func(t *testing.T, b *backend)) {
@@ -149,6 +151,7 @@ func pgBackend(t *testing.T) *backend {
 	b, err := pgOn(context.Background(), pool)
 	require.NoError(t, err)
 	b.dsn = dsn
+	b.pool = pool
 	return b
 }
 
@@ -214,4 +217,9 @@ func byHeader(r *http.Request) (string, error) {
 	default:
 		return p, nil
 	}
+}
+
+func pgstorePool(t testing.TB, b *backend) *pgxpool.Pool {
+	require.NotNil(t, b.pool, "not a PostgreSQL backend")
+	return b.pool
 }

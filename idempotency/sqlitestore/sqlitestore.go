@@ -229,4 +229,3 @@ func (t *txn) Abort(ctx context.Context) error {
 	}
 	return err
 }
-
