@@ -83,12 +83,16 @@ func TestBadKeysAndBodies(t *testing.T) {
 	h := mw.Handler(&orders{b: b})
 
 	for name, req := range map[string]*http.Request{
-		"no key":     newReq("POST", "x", "", "acme"),
-		"too long":   newReq("POST", "x", "123456789", "acme"),
-		"control":    newReq("POST", "x", "a\x01b", "acme"),
-		"space":      newReq("POST", "x", "a b", "acme"),
-		"empty sf":   newReq("POST", "x", `""`, "acme"),
-		"two values": func() *http.Request { r := newReq("POST", "x", "a", "acme"); r.Header.Add("Idempotency-Key", "b"); return r }(),
+		"no key":   newReq("POST", "x", "", "acme"),
+		"too long": newReq("POST", "x", "123456789", "acme"),
+		"control":  newReq("POST", "x", "a\x01b", "acme"),
+		"space":    newReq("POST", "x", "a b", "acme"),
+		"empty sf": newReq("POST", "x", `""`, "acme"),
+		"two values": func() *http.Request {
+			r := newReq("POST", "x", "a", "acme")
+			r.Header.Add("Idempotency-Key", "b")
+			return r
+		}(),
 	} {
 		rec := serve(h, req)
 		assert.Equal(t, http.StatusBadRequest, rec.Code, name)
