@@ -5,6 +5,7 @@
 # exports RESILIENCE_TEST_POSTGRES_DSN for the idempotency module's tests,
 # with RESILIENCE_REQUIRE_SERVERS=1 so that a missing server fails them
 # instead of skipping. The cluster stops when the sourcing shell exits.
+# fsync is off (tests need no durability) unless RESILIENCE_PG_FSYNC=on.
 # Run alone for a development cluster: `source .ci/postgres.sh`.
 
 pg_bin=""
@@ -29,7 +30,7 @@ pg_as "$pg_bin/initdb" -D "$pg_dir/data" -U postgres -A trust -E UTF8 --no-sync 
 pg_port=""
 for p in 55432 55433 55434 55435 55436; do
   if pg_as "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/log" -w -t 60 \
-      -o "-c listen_addresses=127.0.0.1 -p $p -k $pg_dir -c fsync=off -c max_connections=200" start >/dev/null; then
+      -o "-c listen_addresses=127.0.0.1 -p $p -k $pg_dir -c fsync=${RESILIENCE_PG_FSYNC:-off} -c max_connections=200" start >/dev/null; then
     pg_port=$p; break
   fi
 done
