@@ -8,7 +8,9 @@
 // needs: WAL (readers, and so 409s and replays, never wait for the writer),
 // a busy timeout, and BEGIN IMMEDIATE transactions (a handler that reads
 // then writes cannot fail with SQLITE_BUSY halfway). SQLite has one writer
-// at a time: owners' transactions run one after another.
+// at a time: owners' transactions run one after another, and a handler that
+// writes through the *sql.DB instead of Tx waits on its own transaction
+// until the busy timeout.
 package sqlitestore
 
 import (
