@@ -1,0 +1,259 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// ReplayedHeader marks a response replayed from the store.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// A Middleware runs each keyed request with an unsafe method at most once
+// and replays its response to retries. Create it with New; it is safe for
+// concurrent use.
+type Middleware struct {
+	store     Store
+	opts      Options
+	lastSweep atomic.Int64 // unix nanoseconds of the last sweep started
+}
+
+// New returns a Middleware that keeps its keys in store.
+func New(store Store, opts Options) (*Middleware, error) {
+	if store == nil {
+		return nil, errors.New("idempotency: nil Store")
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	m := &Middleware{store: store, opts: o}
+	m.lastSweep.Store(time.Now().UnixNano())
+	return m, nil
+}
+
+// Handler returns next behind the protocol. Requests with a safe method
+// (GET, HEAD, OPTIONS, TRACE) go to next untouched, as do requests without a
+// key unless Options.RequireKey is set.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.serve(w, r, next)
+	})
+}
+
+// Sweep deletes up to Options.SweepBatch expired keys now, for a program
+// that sweeps on its own schedule (SweepInterval negative).
+func (m *Middleware) Sweep(ctx context.Context) (int, error) {
+	return m.store.Sweep(ctx, m.opts.SweepBatch)
+}
+
+// storeTimeout bounds the commit or abort of an owner whose caller went away:
+// the work is done and is worth recording, so it runs without the request's
+// cancellation.
+const storeTimeout = 10 * time.Second
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		next.ServeHTTP(w, r)
+		return
+	}
+	raw, present := r.Header[m.opts.Header]
+	if !present {
+		if m.opts.RequireKey {
+			fail(w, http.StatusBadRequest, 0, fmt.Sprintf("idempotency: header %s required for %s", m.opts.Header, r.Method))
+			return
+		}
+		next.ServeHTTP(w, r)
+		return
+	}
+	if len(raw) != 1 {
+		fail(w, http.StatusBadRequest, 0, fmt.Sprintf("idempotency: header %s given %d times; want once", m.opts.Header, len(raw)))
+		return
+	}
+	key, err := parseKey(raw[0], m.opts.MaxKeyLength)
+	if err != nil {
+		fail(w, http.StatusBadRequest, 0, fmt.Sprintf("idempotency: invalid %s: %v", m.opts.Header, err))
+		return
+	}
+
+	// Authorization before any lookup: a refused caller learns nothing
+	// about the key.
+	principal, err := m.opts.Principal(r)
+	if err != nil {
+		code := http.StatusUnauthorized
+		if errors.Is(err, ErrForbidden) {
+			code = http.StatusForbidden
+		}
+		fail(w, code, 0, http.StatusText(code))
+		return
+	}
+
+	body, ok := m.readBody(w, r)
+	if !ok {
+		return
+	}
+	route := r.URL.Path
+	if m.opts.Route != nil {
+		route = m.opts.Route(r)
+	}
+	req := ClaimRequest{
+		Key:    Key{Principal: principal, Operation: r.Method + " " + route, Key: key},
+		Digest: digest(r, m.opts.DigestHeaders, body),
+		Lease:  m.opts.Lease,
+		TTL:    m.opts.TTL,
+	}
+	claim, err := m.store.Claim(r.Context(), req)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the caller went away
+		}
+		m.opts.Logger.ErrorContext(r.Context(), "idempotency: claim failed", "operation", req.Key.Operation, "err", err)
+		fail(w, http.StatusServiceUnavailable, time.Second, "idempotency: store unavailable")
+		return
+	}
+	if claim.State != Owned && claim.Digest != req.Digest {
+		fail(w, http.StatusUnprocessableEntity, 0, "idempotency: this key was used with a different request")
+		return
+	}
+	switch claim.State {
+	case InProgress:
+		fail(w, http.StatusConflict, m.retryAfter(claim.LeaseLeft), "idempotency: a request with this key is in progress")
+	case Completed:
+		write(w, claim.Response, true)
+	case Owned:
+		m.own(w, r, body, claim.Txn, next)
+		m.maybeSweep(r.Context(), w)
+	default:
+		m.opts.Logger.ErrorContext(r.Context(), "idempotency: store returned an unknown claim state", "state", int(claim.State))
+		fail(w, http.StatusInternalServerError, 0, "idempotency: store error")
+	}
+}
+
+// own runs next as the key's owner, inside txn, and commits its response
+// with its effect, or rolls both back.
+func (m *Middleware) own(w http.ResponseWriter, r *http.Request, body []byte, txn Txn, next http.Handler) {
+	bg, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), storeTimeout)
+	defer cancel()
+	done := false
+	defer func() {
+		if !done { // next panicked: nothing recorded, key released
+			_ = txn.Abort(bg)
+		}
+	}()
+	rec := newRecorder(m.opts.MaxResponseBytes)
+	r2 := r.WithContext(txn.Context(r.Context()))
+	r2.Body = io.NopCloser(bytes.NewReader(body))
+	next.ServeHTTP(rec, r2)
+	done = true
+
+	resp := rec.response()
+	switch {
+	case rec.overflow:
+		m.abort(bg, txn)
+		fail(w, http.StatusInternalServerError, 0, fmt.Sprintf("idempotency: response body over the limit of %d bytes that can be recorded; rolled back", m.opts.MaxResponseBytes))
+		return
+	case resp.Status >= 500:
+		m.abort(bg, txn) // a failure is not an outcome: a retry runs again
+		write(w, resp, false)
+		return
+	}
+	stored := &Response{Status: resp.Status, Header: replayHeader(resp.Header, m.opts.ReplayHeaders), Body: resp.Body}
+	if err := txn.Commit(bg, stored); err != nil {
+		if errors.Is(err, ErrClaimLost) {
+			fail(w, http.StatusConflict, time.Second, "idempotency: the lease of this request expired and a retry took it over")
+			return
+		}
+		// The outcome is unknown (a commit can fail after it took effect):
+		// a retry either replays or, once the lease expires, runs again.
+		m.opts.Logger.ErrorContext(r.Context(), "idempotency: commit failed", "err", err)
+		fail(w, http.StatusServiceUnavailable, m.retryAfter(m.opts.Lease), "idempotency: could not record the response")
+		return
+	}
+	write(w, resp, false)
+}
+
+func (m *Middleware) abort(ctx context.Context, txn Txn) {
+	if err := txn.Abort(ctx); err != nil {
+		m.opts.Logger.ErrorContext(ctx, "idempotency: abort failed; the key stays claimed until its lease expires", "err", err)
+	}
+}
+
+// readBody reads the body in full, up to MaxBodyBytes; over it, it answers
+// 413 and returns false.
+func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	max := m.opts.MaxBodyBytes
+	tooLarge := fmt.Sprintf("idempotency: request body over the limit of %d bytes", max)
+	if r.ContentLength > max {
+		fail(w, http.StatusRequestEntityTooLarge, 0, tooLarge)
+		return nil, false
+	}
+	if r.Body == nil {
+		return nil, true
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+	if err != nil {
+		fail(w, http.StatusBadRequest, 0, "idempotency: reading the request body failed")
+		return nil, false
+	}
+	if int64(len(body)) > max {
+		fail(w, http.StatusRequestEntityTooLarge, 0, tooLarge)
+		return nil, false
+	}
+	return body, true
+}
+
+// retryAfter is the Retry-After of a 409: the rest of the lease, at least
+// 1s, at most Options.RetryAfter.
+func (m *Middleware) retryAfter(left time.Duration) time.Duration {
+	return max(time.Second, min(left, m.opts.RetryAfter))
+}
+
+// maybeSweep deletes expired keys if SweepInterval has passed since the last
+// sweep; of concurrent requests, one does it.
+func (m *Middleware) maybeSweep(ctx context.Context, w http.ResponseWriter) {
+	if m.opts.SweepInterval < 0 {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := m.lastSweep.Load()
+	if now-last < int64(m.opts.SweepInterval) || !m.lastSweep.CompareAndSwap(last, now) {
+		return
+	}
+	_ = http.NewResponseController(w).Flush() // the caller need not wait for the sweep
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	if _, err := m.store.Sweep(ctx, m.opts.SweepBatch); err != nil {
+		m.opts.Logger.ErrorContext(ctx, "idempotency: sweep failed", "err", err)
+	}
+}
+
+// write sends resp; replayed marks it as a replay.
+func write(w http.ResponseWriter, resp *Response, replayed bool) {
+	h := w.Header()
+	for k, vs := range resp.Header {
+		h[k] = vs
+	}
+	if replayed {
+		h.Set(ReplayedHeader, "true")
+	}
+	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
+}
+
+// fail answers code with a plain-text message and, when retryAfter is set,
+// a Retry-After in whole seconds (rounded up).
+func fail(w http.ResponseWriter, code int, retryAfter time.Duration, msg string) {
+	if retryAfter > 0 {
+		secs := int64((retryAfter + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	}
+	http.Error(w, msg, code)
+}

@@ -1,0 +1,233 @@
+// Package sqlitestore keeps idempotency keys in SQLite through
+// modernc.org/sqlite, a pure-Go driver (no cgo): the embedded default store
+// for one server process, or several on one machine sharing the file.
+//
+// The handler writes its effect through Tx(r.Context()), the *sql.Tx the
+// middleware began for it; the recorded response commits in that same
+// transaction. Open the database with Open, which sets what the protocol
+// needs: WAL (readers, and so 409s and replays, never wait for the writer),
+// a busy timeout, and BEGIN IMMEDIATE transactions (a handler that reads
+// then writes cannot fail with SQLITE_BUSY halfway). SQLite has one writer
+// at a time: owners' transactions run one after another, and a handler that
+// writes through the *sql.DB instead of Tx waits on its own transaction
+// until the busy timeout.
+package sqlitestore
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/resilienthttp/resilience/idempotency"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// Open opens the SQLite database at path (created if absent) as the store
+// needs it: WAL journal, busy timeout 10s, immediate transactions, foreign
+// keys on.
+func Open(path string) (*sql.DB, error) {
+	q := url.Values{}
+	q.Set("_txlock", "immediate")
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "foreign_keys(ON)")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+const schema = `CREATE TABLE IF NOT EXISTS idempotency_keys (
+	principal   TEXT    NOT NULL,
+	operation   TEXT    NOT NULL,
+	key         TEXT    NOT NULL,
+	digest      BLOB    NOT NULL,
+	token       BLOB,              -- the owner's claim token; NULL once completed
+	lease_until INTEGER NOT NULL,  -- unix ns; 0 once completed
+	expires_at  INTEGER NOT NULL,  -- unix ns
+	status      INTEGER NOT NULL DEFAULT 0, -- 0 while in progress
+	header      BLOB,
+	body        BLOB,
+	PRIMARY KEY (principal, operation, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idempotency_keys_expires_at ON idempotency_keys (expires_at);`
+
+// A Store is an idempotency.Store in a SQLite database, in the table
+// idempotency_keys.
+type Store struct {
+	db *sql.DB
+}
+
+// New creates the store's table in db if absent and returns the Store.
+// db should come from Open.
+func New(ctx context.Context, db *sql.DB) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("sqlitestore: nil *sql.DB")
+	}
+	if _, err := db.ExecContext(ctx, schema); err != nil {
+		return nil, fmt.Errorf("sqlitestore: create table idempotency_keys: %w", err)
+	}
+	return &Store{db: db}, nil
+}
+
+type ctxKey struct{}
+
+// Tx returns the transaction the middleware began for the request whose
+// context is ctx, or nil outside an owned request. Write the handler's
+// effect through it: it commits with the recorded response, or not at all.
+// Do not commit or roll it back yourself.
+func Tx(ctx context.Context) *sql.Tx {
+	tx, _ := ctx.Value(ctxKey{}).(*sql.Tx)
+	return tx
+}
+
+// maxTries bounds the claim loop, which only repeats when the key changed
+// between the lookup and the insert.
+const maxTries = 3
+
+// Claim implements idempotency.Store.
+func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.Claim, error) {
+	k := req.Key
+	for range maxTries {
+		now := time.Now().UnixNano()
+		var (
+			digest           []byte
+			token            []byte
+			leaseUntil, exp  int64
+			status           int
+			header, respBody []byte
+		)
+		err := s.db.QueryRowContext(ctx, `SELECT digest, token, lease_until, expires_at, status, header, body
+			FROM idempotency_keys WHERE principal = ? AND operation = ? AND key = ?`,
+			k.Principal, k.Operation, k.Key).Scan(&digest, &token, &leaseUntil, &exp, &status, &header, &respBody)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return idempotency.Claim{}, fmt.Errorf("sqlitestore: look up key: %w", err)
+		case exp > now: // live
+			var d idempotency.Digest
+			copy(d[:], digest)
+			if status != 0 {
+				resp := &idempotency.Response{Status: status, Body: respBody}
+				if err := json.Unmarshal(header, &resp.Header); err != nil {
+					return idempotency.Claim{}, fmt.Errorf("sqlitestore: decode recorded header: %w", err)
+				}
+				return idempotency.Claim{State: idempotency.Completed, Digest: d, Response: resp}, nil
+			}
+			if leaseUntil > now || d != req.Digest {
+				return idempotency.Claim{State: idempotency.InProgress, Digest: d, LeaseLeft: time.Duration(leaseUntil - now)}, nil
+			}
+			// An expired lease with the same digest: take it over below.
+		}
+		tok := make([]byte, 16)
+		_, _ = rand.Read(tok)
+		res, err := s.db.ExecContext(ctx, `INSERT INTO idempotency_keys
+				(principal, operation, key, digest, token, lease_until, expires_at, status)
+			VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0)
+			ON CONFLICT (principal, operation, key) DO UPDATE SET
+				digest = excluded.digest, token = excluded.token, lease_until = excluded.lease_until,
+				expires_at = excluded.expires_at, status = 0, header = NULL, body = NULL
+			WHERE idempotency_keys.expires_at <= ?8
+				OR (idempotency_keys.status = 0 AND idempotency_keys.lease_until <= ?8
+					AND idempotency_keys.digest = excluded.digest)`,
+			k.Principal, k.Operation, k.Key, req.Digest[:], tok,
+			now+int64(req.Lease), now+int64(req.TTL), now)
+		if err != nil {
+			return idempotency.Claim{}, fmt.Errorf("sqlitestore: claim key: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			continue // another request claimed or completed it meanwhile: look again
+		}
+		// The transaction outlives the request's cancellation: the
+		// middleware commits or aborts it.
+		tx, err := s.db.BeginTx(context.WithoutCancel(ctx), nil)
+		if err != nil {
+			s.release(context.WithoutCancel(ctx), k, tok)
+			return idempotency.Claim{}, fmt.Errorf("sqlitestore: begin: %w", err)
+		}
+		return idempotency.Claim{State: idempotency.Owned, Txn: &txn{s: s, tx: tx, key: k, token: tok, ttl: req.TTL}}, nil
+	}
+	return idempotency.Claim{}, fmt.Errorf("sqlitestore: key kept changing during %d claims", maxTries)
+}
+
+// release deletes the claim of token, if it still holds.
+func (s *Store) release(ctx context.Context, k idempotency.Key, token []byte) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM idempotency_keys
+		WHERE principal = ? AND operation = ? AND key = ? AND token = ?`,
+		k.Principal, k.Operation, k.Key, token)
+	return err
+}
+
+// Sweep implements idempotency.Store.
+func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM idempotency_keys
+		WHERE (principal, operation, key) IN (
+			SELECT principal, operation, key FROM idempotency_keys WHERE expires_at <= ? LIMIT ?)`,
+		time.Now().UnixNano(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("sqlitestore: sweep: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
+type txn struct {
+	s     *Store
+	tx    *sql.Tx
+	key   idempotency.Key
+	token []byte
+	ttl   time.Duration
+}
+
+func (t *txn) Context(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ctxKey{}, t.tx)
+}
+
+func (t *txn) Commit(ctx context.Context, resp *idempotency.Response) error {
+	header, err := json.Marshal(resp.Header)
+	if err != nil {
+		_ = t.tx.Rollback()
+		return fmt.Errorf("sqlitestore: encode header: %w", err)
+	}
+	if resp.Header == nil {
+		header = []byte("{}")
+	}
+	body := resp.Body
+	if body == nil {
+		body = []byte{}
+	}
+	res, err := t.tx.ExecContext(ctx, `UPDATE idempotency_keys
+		SET status = ?, header = ?, body = ?, token = NULL, lease_until = 0, expires_at = ?
+		WHERE principal = ? AND operation = ? AND key = ? AND token = ?`,
+		resp.Status, header, body, time.Now().Add(t.ttl).UnixNano(),
+		t.key.Principal, t.key.Operation, t.key.Key, t.token)
+	if err != nil {
+		_ = t.tx.Rollback()
+		return fmt.Errorf("sqlitestore: record response: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		_ = t.tx.Rollback()
+		return idempotency.ErrClaimLost
+	}
+	if err := t.tx.Commit(); err != nil {
+		return fmt.Errorf("sqlitestore: commit: %w", err)
+	}
+	return nil
+}
+
+func (t *txn) Abort(ctx context.Context) error {
+	err := t.tx.Rollback()
+	if errors.Is(err, sql.ErrTxDone) {
+		err = nil
+	}
+	if rerr := t.s.release(ctx, t.key, t.token); rerr != nil {
+		return fmt.Errorf("sqlitestore: release claim: %w", rerr)
+	}
+	return err
+}

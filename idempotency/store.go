@@ -1,0 +1,113 @@
+package idempotency
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// A Store keeps idempotency keys durably. Claim must be atomic: of any
+// number of concurrent claims of one Key, at most one is Owned until that
+// owner completes, aborts, or its lease expires. Implementations:
+// sqlitestore and pgstore.
+type Store interface {
+	// Claim looks the key up and claims it when it is free: absent, past
+	// its TTL, or in progress with an expired lease and the same digest.
+	// An Owned claim carries the owner's transaction, already begun.
+	Claim(ctx context.Context, req ClaimRequest) (Claim, error)
+
+	// Sweep deletes up to limit keys whose retention (TTL) has passed and
+	// reports how many it deleted.
+	Sweep(ctx context.Context, limit int) (int, error)
+}
+
+// A Key names one logical operation of one principal.
+type Key struct {
+	Principal string // who: the caller, as the principal function says
+	Operation string // what: the method and route, "POST /orders"
+	Key       string // the caller's idempotency key
+}
+
+// A Digest is the SHA-256 of a canonical request.
+type Digest [sha256.Size]byte
+
+// A ClaimRequest asks a Store to claim Key for a request with Digest.
+type ClaimRequest struct {
+	Key    Key
+	Digest Digest
+	// Lease is how long the claim stays in progress before another request
+	// with the same digest may take the key over (its owner presumed dead).
+	Lease time.Duration
+	// TTL is how long the key is kept, from its claim and again from its
+	// completion; past it the key is free again.
+	TTL time.Duration
+}
+
+// State is what a Claim found.
+type State int
+
+const (
+	// Owned: the key is claimed for this request; Claim.Txn is its
+	// transaction.
+	Owned State = iota + 1
+	// InProgress: another request holds the key and has not completed.
+	InProgress
+	// Completed: the key's request completed; Claim.Response is its answer.
+	Completed
+)
+
+// String returns the state's name.
+func (s State) String() string {
+	switch s {
+	case Owned:
+		return "owned"
+	case InProgress:
+		return "in progress"
+	case Completed:
+		return "completed"
+	}
+	return "unknown"
+}
+
+// A Claim is the outcome of Store.Claim.
+type Claim struct {
+	State State
+	// Digest is the digest recorded with the key (InProgress, Completed).
+	Digest Digest
+	// LeaseLeft is how long the holder's lease still runs (InProgress).
+	LeaseLeft time.Duration
+	// Response is the recorded response (Completed).
+	Response *Response
+	// Txn is the owner's transaction (Owned).
+	Txn Txn
+}
+
+// A Txn is the owner's transaction: the handler's writes through it and the
+// recorded response commit together, or not at all.
+type Txn interface {
+	// Context returns ctx carrying the transaction, for the store's
+	// accessor (sqlitestore.Tx, pgstore.Tx).
+	Context(ctx context.Context) context.Context
+
+	// Commit records resp, completes the key and commits, in one
+	// transaction. If the claim was lost (its lease expired and another
+	// request took the key over), it rolls back and returns ErrClaimLost.
+	Commit(ctx context.Context, resp *Response) error
+
+	// Abort rolls the transaction back and releases the claim, so that a
+	// retry may run at once.
+	Abort(ctx context.Context) error
+}
+
+// A Response is a recorded response.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// ErrClaimLost is returned by Txn.Commit when the claim expired and another
+// request took the key over: the transaction was rolled back.
+var ErrClaimLost = errors.New("idempotency: claim lost: the lease expired and another request took the key over")
