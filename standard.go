@@ -27,6 +27,8 @@ type call struct {
 	over *overrides // the request's overrides, if any
 	body requestBody
 
+	route *route // the attempts' way through Hedging.Endpoints; nil without (endpoints.go)
+
 	admission // admission.go
 	retrying
 	deadlines // deadline.go
@@ -51,6 +53,9 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 		return nil, fmt.Errorf("resilience: handler %q: nil Request.URL", cfg.Name)
 	}
 	c := &call{h: h, cfg: cfg, s: h.stateFor(req), base: base, req: req}
+	if cfg.route != nil {
+		c.route = &route{r: cfg.route}
+	}
 	c.body.orig = req.Body // closed at the end if no attempt sends it
 	c.attemptLimit, c.totalLimit = max(0, cfg.AttemptTimeout), max(0, cfg.TotalTimeout)
 	if o := overridesFrom(req.Context()); o != nil {
@@ -283,55 +288,67 @@ func (c *call) attempt(now time.Time, waited time.Duration) (resp *http.Response
 	if h.isolated.Load() {
 		return nil, c.rejected(ErrIsolated), true
 	}
-	probe, err := c.s.admit()
-	if err != nil {
+	s, ep := c.s, (*endpoint)(nil)
+	var probe uint64
+	if c.route != nil {
+		if ep, s, probe, err = c.admitRouted(); err != nil {
+			return nil, c.errorf(ErrCircuitOpen, err, "on every endpoint"), true
+		}
+	} else if probe, err = s.admit(); err != nil {
 		return nil, c.rejected(err), true
 	}
 	if !c.prepared {
 		// Only now, once the call will be sent, is the body read ahead.
 		c.prepared = true
 		if err := c.body.prepare(c.req, c.repeatable, c.cfg.MaxBufferedBody); err != nil {
-			c.s.releaseProbe(probe) // the request's own failure
+			s.releaseProbe(probe) // the request's own failure
 			return nil, c.errorf(nil, err, ""), true
 		}
 	}
 	body, getBody, err := c.body.next()
 	if err != nil {
-		c.s.releaseProbe(probe)
+		s.releaseProbe(probe)
 		return nil, c.errorf(nil, err, ""), true
 	}
 
 	ctx, cancel := context.WithCancelCause(c.req.Context())
 	r, sent := c.attemptRequest(ctx, body, getBody)
+	if ep != nil {
+		ep.retarget(r)
+	}
 	c.attempts++
 	c.start(cancel, now)
 	resp, err = c.base.RoundTrip(r)
 	fired := c.headers()
-	c.attemptEnded(c.attempts, now, waited, resp, err, fired)
+	c.attemptEnded(c.attempts, now, waited, resp, err, fired, ep)
 
 	switch {
 	case fired == ErrTotalTimeout:
 		if resp != nil {
 			resp.Body.Close()
 		}
-		c.s.abandonProbe(probe, ErrTotalTimeout)
+		s.abandonProbe(probe, ErrTotalTimeout)
 		return nil, c.totalTimeout(err), true
 	case fired == ErrAttemptTimeout:
 		if resp != nil {
 			resp.Body.Close()
 		}
 		resp, err = nil, ErrAttemptTimeout
-		c.emit(Event{Kind: EventAttemptTimeout, Err: err})
+		e := Event{Kind: EventAttemptTimeout, Err: err}
+		if ep != nil {
+			e.Endpoint, e.Host = ep.base, s.host
+		}
+		c.emit(e)
 	case err != nil && c.callerLeft() != nil:
-		c.s.abandonProbe(probe, err)
+		s.abandonProbe(probe, err)
 		return nil, c.errorf(nil, err, ""), true
 	case err != nil:
 		if fault := requestFault(sent, err); fault != nil {
-			c.s.releaseProbe(probe) // says nothing about the upstream
+			s.releaseProbe(probe) // says nothing about the upstream
 			return nil, c.errorf(nil, fault, ""), true
 		}
 	}
-	c.retryable = c.judge(c.attempts == 1, resp, err)
+	c.retryable = c.judge(s, c.attempts == 1, resp, err)
 	return resp, err, false
 }
 
@@ -353,11 +370,11 @@ func requestFault(body *sentBody, err error) error {
 	return nil
 }
 
-// judge tells the circuit breaker and the retry budget how an attempt went
+// judge tells s's circuit breaker and the retry budget how an attempt went
 // (the first of its call, or a later one), and reports whether it is a
 // failure the retry layer would retry. The standard classification
 // (IsTransient) is computed once for all three.
-func (c *call) judge(first bool, resp *http.Response, err error) (retryable bool) {
+func (c *call) judge(s *hostState, first bool, resp *http.Response, err error) (retryable bool) {
 	cfg := c.cfg
 	var transient bool
 	if cfg.Retry.ShouldRetry == nil || cfg.CircuitBreaker.ShouldHandle == nil {
@@ -367,13 +384,13 @@ func (c *call) judge(first bool, resp *http.Response, err error) (retryable bool
 	if f := cfg.Retry.ShouldRetry; f != nil {
 		retryable = f(c.req, resp, err)
 	}
-	if b := c.s.breaker(); b != nil {
+	if b := s.breaker(); b != nil {
 		failed := transient
 		if f := cfg.CircuitBreaker.ShouldHandle; f != nil {
 			failed = f(resp, err)
 		}
 		if failed {
-			c.s.failures.record(resp, err)
+			s.failures.record(resp, err)
 			b.RecordFailure()
 		} else {
 			b.RecordSuccess()
