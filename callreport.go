@@ -15,9 +15,8 @@ func (c *call) ended(start time.Time, resp *http.Response, err error) {
 	if c.wantsReport() {
 		r := c.over.report
 		r.Attempts = c.attempts
-		r.Endpoint = keyOf(c.req.URL).String()
-		if rt := c.route; rt != nil && c.attempts > 0 {
-			r.Endpoint = rt.r.eps[rt.last].url.String()
+		if r.Endpoint == "" { // set by routeEnded for a call routed by Hedging.Endpoints
+			r.Endpoint = keyOf(c.req.URL).String()
 		}
 	}
 	if c.cfg.observed() {

@@ -139,9 +139,6 @@ func (c *call) finish() {
 	}
 	c.releasePermit()
 	c.s.callEnded()
-	if c.route != nil {
-		c.route.release(c.h)
-	}
 }
 
 // upgraded is the body of a 101 Switching Protocols response: the

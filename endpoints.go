@@ -128,7 +128,10 @@ func resolveEndpoints(hg *HedgingOptions, perHost bool, bad func(string, any, st
 }
 
 // A route is one call's way through its handler's endpoints. Only the
-// goroutine that runs the call's loop touches it.
+// goroutine that runs the call's loop touches it. It lives in that loop
+// (run or hedge), not in the call, so that a call without endpoints pays
+// nothing for it, not even a field: the call struct sits just under a size
+// class boundary (320 bytes).
 type route struct {
 	r     *router
 	tried uint32 // the endpoints the call has sent to or found refusing, by index
@@ -190,6 +193,25 @@ func (rt *route) state(h *Handler, i int) *hostState {
 	return s
 }
 
+// newRoute returns the call's route, or nil without Hedging.Endpoints.
+func (c *call) newRoute() *route {
+	if c.cfg.route == nil {
+		return nil
+	}
+	return &route{r: c.cfg.route}
+}
+
+// routeEnded gives back the endpoints' host states when the call's loop
+// ends (the winner's body may still be read: a host state released early
+// is at worst forgotten and made afresh), and names the endpoint of the
+// answer in the call's Report, if it asked for one.
+func (c *call) routeEnded(rt *route) {
+	rt.release(c.h)
+	if c.wantsReport() && c.attempts > 0 {
+		c.over.report.Endpoint = rt.r.eps[rt.last].url.String()
+	}
+}
+
 // release gives back the host states the call held.
 func (rt *route) release(h *Handler) {
 	for i, s := range rt.held {
@@ -205,11 +227,10 @@ func (rt *route) release(h *Handler) {
 // refuses (each refusal is an EventCircuitRejected naming the endpoint).
 // It returns the endpoint, its state and the probe number as
 // hostState.admit does, or, when every endpoint refused, the last reason.
-func (c *call) admitRouted() (ep *endpoint, s *hostState, probe uint64, refused error) {
+func (c *call) admitRouted(rt *route) (ep *endpoint, s *hostState, probe uint64, refused error) {
 	if c.h.isolated.Load() {
 		return nil, nil, 0, ErrIsolated
 	}
-	rt := c.route
 	for range rt.r.eps {
 		i := rt.pick(c.h)
 		s = rt.state(c.h, i)

@@ -76,6 +76,10 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		hedges = cfg.Hedging.MaxHedges
 	}
 	delay := c.hedgeDelay()
+	rt := c.newRoute() // nil without Hedging.Endpoints
+	if rt != nil {
+		defer c.routeEnded(rt)
+	}
 	capped := hedges > 0 && cfg.Hedging.MaxExtraLoad != NoExtraLoadCap
 	if capped {
 		c.h.load.call()
@@ -88,9 +92,9 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		n := len(attempts) + 1
 		t := hedgeTarget{s: c.s}
 		var refused error
-		if c.route != nil {
-			t.ep, t.s, t.probe, refused = c.admitRouted()
-			t.idx, t.admitted = c.route.last, true
+		if rt != nil {
+			t.ep, t.s, t.probe, refused = c.admitRouted(rt)
+			t.idx, t.admitted = rt.last, true
 		}
 		var body io.ReadCloser
 		var getBody func() (io.ReadCloser, error)
@@ -183,8 +187,8 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 			attempts[o.n-1].done = true
 			switch o.kind {
 			case outcomeWin:
-				if c.route != nil {
-					c.route.last = o.ep // the endpoint whose answer the caller gets
+				if rt != nil {
+					rt.last = o.ep // the endpoint whose answer the caller gets
 				}
 				c.settle(attempts, results, running, last)
 				if o.err != nil {
@@ -195,12 +199,12 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 				c.attempts-- // never sent
 				if o.n == 1 {
 					c.settle(attempts, results, running, last)
-					if c.route != nil { // each endpoint's refusal was reported
+					if rt != nil { // each endpoint's refusal was reported
 						return nil, c.errorf(ErrCircuitOpen, o.err, "on every endpoint")
 					}
 					return nil, c.rejected(o.err)
 				}
-				if c.route == nil {
+				if rt == nil {
 					c.emit(Event{Kind: EventCircuitRejected, Attempt: o.n, Err: o.err})
 				}
 			case outcomeFailure:

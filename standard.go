@@ -27,8 +27,6 @@ type call struct {
 	over *overrides // the request's overrides, if any
 	body requestBody
 
-	route *route // the attempts' way through Hedging.Endpoints; nil without (endpoints.go)
-
 	admission // admission.go
 	retrying
 	deadlines // deadline.go
@@ -53,9 +51,6 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 		return nil, fmt.Errorf("resilience: handler %q: nil Request.URL", cfg.Name)
 	}
 	c := &call{h: h, cfg: cfg, s: h.stateFor(req), base: base, req: req}
-	if cfg.route != nil {
-		c.route = &route{r: cfg.route}
-	}
 	c.body.orig = req.Body // closed at the end if no attempt sends it
 	c.attemptLimit, c.totalLimit = max(0, cfg.AttemptTimeout), max(0, cfg.TotalTimeout)
 	if o := overridesFrom(req.Context()); o != nil {
@@ -112,12 +107,16 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 func (c *call) run(now time.Time) (*http.Response, error) {
 	cfg := c.cfg
 	c.repeatable = !cfg.Retry.Disabled && cfg.methods.repeatable(c.req, c.over)
+	rt := c.newRoute() // nil without Hedging.Endpoints
+	if rt != nil {
+		defer c.routeEnded(rt)
+	}
 	var waited time.Duration // before attempt n
 	for n := 1; ; n++ {
 		if n > 1 {
 			now = time.Now()
 		}
-		resp, err, final := c.attempt(now, waited)
+		resp, err, final := c.attempt(now, waited, rt)
 		if final {
 			if n > 1 && c.budget() != nil {
 				c.budget().release() // never judged: its claim says nothing
@@ -277,7 +276,7 @@ func (c *call) sleepUntil(t time.Time) error {
 // attempt sends one attempt through the circuit breaker under the attempt
 // deadline. When final is true the call is over and err says why; otherwise
 // the outcome is the attempt's, for the retry layer to judge.
-func (c *call) attempt(now time.Time, waited time.Duration) (resp *http.Response, err error, final bool) {
+func (c *call) attempt(now time.Time, waited time.Duration, rt *route) (resp *http.Response, err error, final bool) {
 	h := c.h
 	if err := c.callerLeft(); err != nil {
 		return nil, c.errorf(nil, err, ""), true // the caller left: say so, not what the circuit would have said
@@ -290,8 +289,8 @@ func (c *call) attempt(now time.Time, waited time.Duration) (resp *http.Response
 	}
 	s, ep := c.s, (*endpoint)(nil)
 	var probe uint64
-	if c.route != nil {
-		if ep, s, probe, err = c.admitRouted(); err != nil {
+	if rt != nil {
+		if ep, s, probe, err = c.admitRouted(rt); err != nil {
 			return nil, c.errorf(ErrCircuitOpen, err, "on every endpoint"), true
 		}
 	} else if probe, err = s.admit(); err != nil {

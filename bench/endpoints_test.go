@@ -231,14 +231,20 @@ func uniformlySlow(tb testing.TB, run endpointRun, maxExtra float64) endpointRes
 
 func endpointTable(run endpointRun, rs []endpointResult) string {
 	var s strings.Builder
-	fmt.Fprintf(&s, "%d calls from %d goroutines; replica A pauses %v on 20%% of requests, B never; hedge delay %v; uniformly slow upstream: %v every call.\n\n",
-		run.calls, run.workers, run.pause, run.delay, run.slow)
+	fmt.Fprintf(&s, "%d calls from %d goroutines (after %d unmeasured); replica A pauses %v on a seeded 20%% of its requests, B never.\n"+
+		"none: no hedging, to A; same: one hedge after %v, to A; cross: Endpoints [A, B], one hedge after %v; percentile: cross with DelayPercentile 0.95 in [5ms, %v].\n"+
+		"Hedging peers: MaxExtraLoad 0.25. uniform: one upstream answering every call after %v; MaxHedges 3, Delay %v.\n\n",
+		run.calls, run.workers, endpointWarmup, run.pause, run.delay, run.delay, run.delay, run.slow, run.slow/5)
 	s.WriteString("| scenario | p50 ms | p99 ms | p99 / none | attempts/call | hedges | hedge_capped | failed |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000) }
 	none := rs[0].p99
 	for _, r := range rs {
-		fmt.Fprintf(&s, "| %s | %s | %s | %.2f | %.3f | %d | %d | %d |\n", r.name, ms(r.p50), ms(r.p99),
-			float64(r.p99)/float64(none), r.attempts, r.hedges, r.capped, r.failed)
+		ratio := fmt.Sprintf("%.3f", float64(r.p99)/float64(none))
+		if strings.HasPrefix(r.name, "uniform") {
+			ratio = "—" // another upstream
+		}
+		fmt.Fprintf(&s, "| %s | %s | %s | %s | %.3f | %d | %d | %d |\n", r.name, ms(r.p50), ms(r.p99),
+			ratio, r.attempts, r.hedges, r.capped, r.failed)
 	}
 	return s.String()
 }
