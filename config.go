@@ -50,7 +50,11 @@ type Config struct {
 // circuitBreaker.minimumThroughput 0 judges the failure ratio from the first
 // attempt (it becomes 1); rateLimit.maxQueue, rateLimit.requestsPerSecond,
 // rateLimit.burst and retry.maxRetryAfter keep their zero, which is their
-// default (no queue, no rate limit, no burst, no cap). Every other zero is an
+// default (no queue, no rate limit, no burst, no cap);
+// hedging.delayPercentile 0 is the fixed delay, its default; and
+// hedging.maxExtraLoad 0 is no cap on hedging's extra load (NoExtraLoadCap).
+// hedging.endpoints is a list of {"url": ..., "weight": ...} and
+// hedging.routing is "ordered" or "weighted". Every other zero is an
 // error where it is written, in an upstream or in the defaults, that says how
 // to write what was probably meant, such as
 //

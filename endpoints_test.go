@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"context"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -222,8 +223,17 @@ func TestEndpointsFailoverRetries(t *testing.T) {
 	require.NoError(t, err)
 	defer tr.CloseIdleConnections()
 
-	_, body := routedGet(t, tr, "http://orders.invalid/")
-	assert.Equal(t, "c", body)
+	var report Report
+	req, err := http.NewRequestWithContext(WithReport(context.Background(), &report), http.MethodGet, "http://orders.invalid/", nil)
+	require.NoError(t, err)
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, "c", string(got))
+	assert.Equal(t, 3, report.Attempts)
+	cu, _ := url.Parse(c.URL)
+	assert.Equal(t, keyOf(cu).String(), report.Endpoint, "the endpoint that answered")
 	var order []string
 	for _, e := range rec.of(EventAttempt) {
 		order = append(order, e.Endpoint)
