@@ -23,10 +23,12 @@ import (
 // Accuracy: a percentile is reported as the upper bound of the bucket it
 // falls in, so it is never below the true value of the samples held and at
 // most 12.5% above it (one bucket is 1/8 of its power of two wide). Cost:
-// recording is two atomic operations and no allocation
-// (BenchmarkLatencySketchRecord and TestLatencySketchAllocs); reading walks
-// 2x208 counters, and is done at most once per latencyRefresh, cached in
-// between.
+// recording is a clock read, an atomic load and two atomic adds, 42 ns and
+// no allocation (BenchmarkLatencySketchRecord, 2 cores, Go 1.26;
+// TestLatencySketchAllocs); reading walks 2x208 counters, 290 ns
+// (BenchmarkLatencySketchPercentile), and is done at most once per
+// latencyRefresh, cached in between. Only hedged calls with DelayPercentile
+// record.
 
 const (
 	latencySub     = 8 // buckets per power of two
