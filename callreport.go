@@ -15,7 +15,9 @@ func (c *call) ended(start time.Time, resp *http.Response, err error) {
 	if c.wantsReport() {
 		r := c.over.report
 		r.Attempts = c.attempts
-		r.Endpoint = keyOf(c.req.URL).String()
+		if r.Endpoint == "" { // set by routeEnded for a call routed by Hedging.Endpoints
+			r.Endpoint = keyOf(c.req.URL).String()
+		}
 		if c.keyed {
 			r.IdempotencyKey = c.req.Header.Get(c.cfg.Idempotency.Header)
 		}
@@ -54,11 +56,14 @@ func (c *call) totalTimeout(cause error) error {
 
 // attemptEnded reports attempt n, begun at start after waiting delay, to
 // observers: its status, or its error, or the deadline that cut it short.
-func (c *call) attemptEnded(n int, start time.Time, delay time.Duration, resp *http.Response, err, deadline error) {
+func (c *call) attemptEnded(n int, start time.Time, delay time.Duration, resp *http.Response, err, deadline error, ep *endpoint) {
 	if !c.cfg.observed() {
 		return
 	}
 	e := Event{Kind: EventAttempt, Attempt: n, Delay: delay, Duration: time.Since(start), Err: err}
+	if ep != nil {
+		e.Endpoint, e.Host = ep.base, ep.url.String()
+	}
 	switch {
 	case deadline != nil:
 		e.Err = deadline
@@ -76,7 +81,10 @@ func (c *call) emit(e Event) {
 	if !c.cfg.observed() {
 		return
 	}
-	e.Method, e.Host, e.Context, e.req = c.req.Method, c.s.host, c.req.Context(), c.req
+	e.Method, e.Context, e.req = c.req.Method, c.req.Context(), c.req
+	if e.Host == "" {
+		e.Host = c.s.host // an endpoint's attempt names its endpoint's
+	}
 	if e.Attempt == 0 && e.Kind != EventCall {
 		e.Attempt = c.attempts
 	}

@@ -50,7 +50,11 @@ type Config struct {
 // circuitBreaker.minimumThroughput 0 judges the failure ratio from the first
 // attempt (it becomes 1); rateLimit.maxQueue, rateLimit.requestsPerSecond,
 // rateLimit.burst and retry.maxRetryAfter keep their zero, which is their
-// default (no queue, no rate limit, no burst, no cap). Every other zero is an
+// default (no queue, no rate limit, no burst, no cap);
+// hedging.delayPercentile 0 is the fixed delay, its default; and
+// hedging.maxExtraLoad 0 is no cap on hedging's extra load (NoExtraLoadCap).
+// hedging.endpoints is a list of {"url": ..., "weight": ...} and
+// hedging.routing is "ordered" or "weighted". Every other zero is an
 // error where it is written, in an upstream or in the defaults, that says how
 // to write what was probably meant, such as
 //
@@ -148,7 +152,10 @@ var goField = regexp.MustCompile(`\b[A-Z][a-z][A-Za-z]*(\.[A-Z][a-z][A-Za-z]*)*\
 func jsonPath(field string) string {
 	parts := strings.Split(field, ".")
 	for i, p := range parts {
-		if p != "" {
+		switch {
+		case p == "URL":
+			parts[i] = "url" // an initialism, lower case in full
+		case p != "":
 			parts[i] = strings.ToLower(p[:1]) + p[1:]
 		}
 	}
@@ -444,6 +451,69 @@ var hedgingFields = fieldSet[HedgingOptions]{
 		rejectZero(DefaultMaxHedges, "leave hedging.enabled false to send no hedges")),
 	"delay": durationField(func(o *HedgingOptions) *time.Duration { return &o.Delay },
 		rejectZero(DefaultHedgingDelay, `write a short duration such as "10ms" to hedge sooner`)),
+	"delayPercentile": floatField(func(o *HedgingOptions) *float64 { return &o.DelayPercentile }, keepZero),
+	"minDelay": durationField(func(o *HedgingOptions) *time.Duration { return &o.MinDelay },
+		rejectZero(DefaultHedgingMinDelay, "")),
+	"maxDelay": durationField(func(o *HedgingOptions) *time.Duration { return &o.MaxDelay },
+		rejectZero("hedging.delay", "")),
+	"maxExtraLoad": maxExtraLoadField,
+	"routing":      routingField,
+	"endpoints":    endpointsField,
+}
+
+// maxExtraLoadField reads hedging.maxExtraLoad, where a written 0 means no
+// cap, as NoExtraLoadCap says in Options.
+func maxExtraLoadField(o *HedgingOptions, raw json.RawMessage, path string) error {
+	if err := floatField(func(o *HedgingOptions) *float64 { return &o.MaxExtraLoad }, keepZero)(o, raw, path); err != nil {
+		return err
+	}
+	if o.MaxExtraLoad == 0 {
+		o.MaxExtraLoad = NoExtraLoadCap
+	}
+	return nil
+}
+
+func routingField(o *HedgingOptions, raw json.RawMessage, path string) error {
+	var s string
+	_ = json.Unmarshal(raw, &s)
+	for _, r := range []Routing{RouteOrdered, RouteWeighted} {
+		if s == r.String() {
+			o.Routing = r
+			return nil
+		}
+	}
+	return configErr(path, "want \"ordered\" or \"weighted\", got %s", brief(raw))
+}
+
+var endpointFields = fieldSet[Endpoint]{
+	"url": func(e *Endpoint, raw json.RawMessage, path string) error {
+		if err := json.Unmarshal(raw, &e.URL); err != nil {
+			return configErr(path, "want a base URL such as \"https://eu.orders.internal/api\", got %s", brief(raw))
+		}
+		return nil
+	},
+	"weight": intField(func(e *Endpoint) *int { return &e.Weight }, rejectZero(1, "")),
+}
+
+// endpointsField reads hedging.endpoints, a list of {"url": ..., "weight": ...}.
+// An upstream's list replaces the defaults'.
+func endpointsField(o *HedgingOptions, raw json.RawMessage, path string) error {
+	var list []json.RawMessage
+	if err := strictUnmarshal(raw, &list); err != nil || list == nil {
+		return configErr(path, "want a list of endpoints such as [{\"url\": \"https://a.internal\"}], got %s", brief(raw))
+	}
+	eps := make([]Endpoint, len(list))
+	for i, item := range list {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if err := endpointFields.decode(&eps[i], item, p); err != nil {
+			return err
+		}
+		if eps[i].URL == "" {
+			return configErr(p+".url", "is missing: every endpoint needs its base URL")
+		}
+	}
+	o.Endpoints = eps
+	return nil
 }
 
 var perHostFields = fieldSet[PerHostOptions]{

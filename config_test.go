@@ -228,6 +228,14 @@ func TestLoadConfigWrittenZero(t *testing.T) {
 
 		{"hedging.maxHedges", `0`, `2`, ` (1) or leave hedging.enabled false to send no hedges`, nil},
 		{"hedging.delay", `"0s"`, `"1s"`, ` (2s) or write a short duration such as "10ms" to hedge sooner`, nil},
+		{"hedging.delayPercentile", `0`, `0.95`, "", func(t *testing.T, o Options) {
+			assert.Zero(t, o.Hedging.DelayPercentile, "the fixed delay")
+		}},
+		{"hedging.minDelay", `"0s"`, `"5ms"`, ` (1ms)`, nil},
+		{"hedging.maxDelay", `"0s"`, `"1s"`, ` (hedging.delay)`, nil},
+		{"hedging.maxExtraLoad", `0`, `0.1`, "", func(t *testing.T, o Options) {
+			assert.Equal(t, NoExtraLoadCap, o.Hedging.MaxExtraLoad, "a written 0 is no cap")
+		}},
 
 		{"perHost.maxHosts", `0`, `64`, ` (1000) or leave perHost.enabled false to share one circuit and one set of limits`, nil},
 		{"perHost.idleTimeout", `"0s"`, `"10m"`, ` (5m0s)`, nil},
@@ -241,6 +249,7 @@ func TestLoadConfigWrittenZero(t *testing.T) {
 	nonNumeric := map[string]bool{
 		"rateLimit": true, "retry": true, "circuitBreaker": true, "retryBudget": true, "hedging": true, "perHost": true, "logLevels": true,
 		"fallback": true, "header": true, "onTransient": true, "shareCredentialed": true,
+		"routing": true, "endpoints": true,
 		"disabled": true, "enabled": true, "wait": true, "hedge": true, "idempotency": true, "backoff": true, "noJitter": true, "methods": true, "excludeMethods": true, "ignoreRetryAfter": true,
 	}
 	var numeric []string
@@ -482,4 +491,41 @@ func TestLoadConfigZeroDelayRetriesAtOnce(t *testing.T) {
 			assert.Equal(t, tc.want, delays)
 		})
 	}
+}
+
+// Endpoints and weights in a named upstream; mistakes name the field.
+func TestLoadConfigEndpoints(t *testing.T) {
+	cfg, err := LoadConfig(strings.NewReader(`{
+	  "defaults": {"perHost": {"enabled": true}},
+	  "upstreams": {"orders": {"hedging": {
+	    "enabled": true, "delay": "300ms", "delayPercentile": 0.95, "maxExtraLoad": 0.1,
+	    "routing": "weighted",
+	    "endpoints": [{"url": "https://stable.orders.internal", "weight": 90},
+	                  {"url": "https://canary.orders.internal/v2", "weight": 10}]}}}}`))
+	require.NoError(t, err)
+	hg := cfg.Upstreams["orders"].Hedging
+	assert.Equal(t, RouteWeighted, hg.Routing)
+	assert.Equal(t, []Endpoint{{URL: "https://stable.orders.internal", Weight: 90}, {URL: "https://canary.orders.internal/v2", Weight: 10}}, hg.Endpoints)
+	assert.Equal(t, 0.95, hg.DelayPercentile)
+	assert.Equal(t, 0.1, hg.MaxExtraLoad)
+	_, err = cfg.Handlers(nil)
+	require.NoError(t, err)
+
+	for _, tc := range []struct{ hedging, want string }{
+		{`{"routing": "random"}`, `upstreams.a.hedging.routing: want "ordered" or "weighted", got "random"`},
+		{`{"endpoints": "http://a"}`, `upstreams.a.hedging.endpoints: want a list of endpoints`},
+		{`{"endpoints": [{"url": "http://a", "wieght": 2}]}`, `upstreams.a.hedging.endpoints[0].wieght: unknown field (known: url, weight)`},
+		{`{"endpoints": [{"weight": 2}]}`, `upstreams.a.hedging.endpoints[0].url: is missing`},
+		{`{"endpoints": [{"url": "http://a", "weight": 0}]}`, `upstreams.a.hedging.endpoints[0].weight: 0 is not allowed here; omit the field for the default (1)`},
+		{`{"endpoints": [{"url": "http://a"}, {"url": "ftp://b"}]}`, `upstreams.a.hedging.endpoints[1].url (ftp://b): must start with`},
+		{`{"endpoints": [{"url": "http://a"}, {"url": "http://a/v2"}]}`, `has the authority of hedging.endpoints[0]`},
+		{`{"delayPercentile": 95}`, `upstreams.a.hedging.delayPercentile (95): must be in (0, 1)`},
+	} {
+		perHost := `"perHost": {"enabled": true}, `
+		_, err := LoadConfig(strings.NewReader(`{"upstreams": {"a": {` + perHost + `"hedging": ` + tc.hedging + `}}}`))
+		require.Error(t, err, tc.hedging)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"a": {"hedging": {"endpoints": [{"url": "http://a"}]}}}}`))
+	assert.ErrorContains(t, err, "upstreams.a.hedging.endpoints (1): needs perHost.enabled")
 }

@@ -26,6 +26,7 @@ const (
 	EventBudgetExceeded                         // a retry or hedge was refused by the retry budget; the caller gets the last outcome
 	EventHedge                                  // another attempt was sent alongside those running, after Delay (0: on a failure)
 	EventFallback                               // a failed call was answered with a kept response (StatusCode); Err is the call's error
+	EventHedgeCapped                            // a hedge was not sent: the hedges of the window reached Hedging.MaxExtraLoad (once per call)
 )
 
 var eventKindNames = [...]string{
@@ -42,6 +43,7 @@ var eventKindNames = [...]string{
 	EventBudgetExceeded:    "budget_exceeded",
 	EventHedge:             "hedge",
 	EventFallback:          "fallback",
+	EventHedgeCapped:       "hedge_capped",
 }
 
 func (k EventKind) String() string {
@@ -82,6 +84,14 @@ type Event struct {
 	StatusCode int           // the response status it concerns, if any
 	Err        error         // the error it concerns, if any; for EventCircuitOpened, why
 
+	// Endpoint is, for an attempt routed by Hedging.Endpoints, the base URL
+	// of the endpoint it went to, as configured (never the request's URL,
+	// so that it has as few values as there are endpoints): on
+	// EventAttempt, EventAttemptTimeout, and EventCircuitRejected
+	// when an endpoint was passed over. Host is then the endpoint's
+	// authority.
+	Endpoint string
+
 	// Context is the context of the request the event is about, so that
 	// the event can be tied to the caller's trace; nil for an event about
 	// no one call, such as the circuit closing.
@@ -108,7 +118,7 @@ func (k EventKind) defaultLevel() slog.Level {
 	switch k {
 	case EventRetry, EventBudgetExceeded, EventFallback:
 		return slog.LevelWarn
-	case EventCircuitClosed, EventCircuitHalfOpened, EventHedge:
+	case EventCircuitClosed, EventCircuitHalfOpened, EventHedge, EventHedgeCapped:
 		return slog.LevelInfo
 	case EventAttempt, EventCall:
 		return slog.LevelDebug
@@ -153,6 +163,9 @@ func (cfg *config) log(e Event) {
 	attrs = append(attrs, slog.String("handler", e.Handler), slog.String("event", e.Kind.String()))
 	if e.Host != "" {
 		attrs = append(attrs, slog.String("host", e.Host))
+	}
+	if e.Endpoint != "" {
+		attrs = append(attrs, slog.String("endpoint", e.Endpoint))
 	}
 	if e.Method != "" {
 		attrs = append(attrs, slog.String("method", e.Method))

@@ -508,6 +508,41 @@ func ExampleWithReport() {
 	// Output: status: 200 attempts: 3 waited: 20ms budget refused: false
 }
 
+// Hedging across endpoints: the primary replica is stuck, so the hedge goes
+// to the secondary after Delay and its answer wins; the primary's attempt
+// is cancelled. The request names the upstream; each attempt's URL is the
+// endpoint's base with the request's path.
+func ExampleEndpoint() {
+	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // stuck until the race is lost
+	}))
+	defer primary.Close()
+	secondary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "secondary answered ", r.URL.Path)
+	}))
+	defer secondary.Close()
+
+	t, err := resilience.NewHedgingTransport(nil, resilience.Options{
+		Name: "orders",
+		Hedging: resilience.HedgingOptions{
+			Delay:     50 * time.Millisecond,
+			Endpoints: []resilience.Endpoint{{URL: primary.URL}, {URL: secondary.URL + "/v2"}},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer t.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: t}).Get("http://orders.internal/items/7")
+	if err != nil {
+		panic(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fmt.Println(string(body))
+	// Output: secondary answered /v2/items/7
+}
+
 // An upstream that keeps the idempotency-key protocol stores each key's
 // outcome, so a POST that carries a key can be retried: here the first
 // attempt's answer is lost with its connection, and the retry, with the

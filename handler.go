@@ -28,6 +28,10 @@ type Handler struct {
 
 	fbStore *lruStore        // the built-in fallback store, bounded by the current Fallback.MaxBytes
 	fbNow   func() time.Time // the fallback layer's clock; nil is time.Now (tests set it)
+
+	latency latencySketch       // attempt latencies, for Hedging.DelayPercentile (hedgedelay.go)
+	load    extraLoad           // hedged calls and hedges, for Hedging.MaxExtraLoad (hedgeload.go)
+	rand    func(uint64) uint64 // the routing's random source; nil is math/rand/v2's (tests set it)
 }
 
 // NewHandler validates opts, fills in defaults, and returns the Handler
@@ -38,6 +42,7 @@ func NewHandler(opts Options) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{}
+	h.latency.epoch, h.load.epoch = time.Now(), time.Now()
 	h.cfg.Store(cfg)
 	h.timers.New = newTimerSlot
 	h.fbStore = newLRUStore(cfg.Fallback.MaxBytes)

@@ -37,6 +37,18 @@ type hedgeOutcome struct {
 	resp *http.Response
 	err  error // for outcomeRejected, why the circuit is open
 	kind outcomeKind
+	ep   int // with Hedging.Endpoints, the index of the attempt's endpoint
+}
+
+// A hedgeTarget is where an attempt goes: the request's own host, whose
+// circuit the attempt's goroutine asks, or an endpoint, whose circuit the
+// call's loop asked when it picked it (admitted).
+type hedgeTarget struct {
+	s        *hostState
+	ep       *endpoint // nil without Hedging.Endpoints
+	idx      int       // the endpoint's index
+	probe    uint64
+	admitted bool
 }
 
 type hedgeAttempt struct {
@@ -63,31 +75,63 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 	if c.repeatable && c.body.replayable() {
 		hedges = cfg.Hedging.MaxHedges
 	}
+	delay := c.hedgeDelay()
+	rt := c.newRoute() // nil without Hedging.Endpoints
+	if rt != nil {
+		defer c.routeEnded(rt)
+	}
+	capped := hedges > 0 && cfg.Hedging.MaxExtraLoad != NoExtraLoadCap
+	if capped {
+		c.h.load.call()
+	}
 
 	results := make(chan hedgeOutcome, 1+hedges)
 	var attempts []*hedgeAttempt
 	running := 0
 	launch := func(delay time.Duration) error {
-		body, getBody, err := c.body.next()
-		if err != nil {
-			return err
-		}
 		n := len(attempts) + 1
+		t := hedgeTarget{s: c.s}
+		var refused error
+		if rt != nil {
+			t.ep, t.s, t.probe, refused = c.admitRouted(rt)
+			t.idx, t.admitted = rt.last, true
+		}
+		var body io.ReadCloser
+		var getBody func() (io.ReadCloser, error)
+		if refused == nil {
+			var err error
+			if body, getBody, err = c.body.next(); err != nil {
+				if t.admitted {
+					t.s.releaseProbe(t.probe)
+				}
+				return err
+			}
+		}
 		actx, acancel := context.WithCancelCause(ctx)
 		attempts = append(attempts, &hedgeAttempt{cancel: acancel})
 		c.attempts++ // taken back if the circuit refuses it
 		running++
+		if refused != nil { // every endpoint's circuit refused: nothing to send
+			if n > 1 && c.budget() != nil {
+				c.budget().release()
+			}
+			results <- hedgeOutcome{n: n, kind: outcomeRejected, err: refused}
+			return nil
+		}
 		go func() {
-			results <- c.hedgeAttempt(actx, acancel, n, delay, body, getBody)
+			results <- c.hedgeAttempt(actx, acancel, n, delay, body, getBody, t)
 		}()
 		return nil
 	}
 	// another sends one more hedge if the rules allow it, and says whether
 	// it did; refused says the budget alone stood in the way, so that the
 	// hedge is asked for again at the next hedge point. The budget's refusal
-	// is reported once per call, however often the hedge is asked for.
-	refused, reported := false, false
-	another := func(delay time.Duration) bool {
+	// is reported once per call, however often the hedge is asked for, and
+	// so is MaxExtraLoad's, which applies only to the hedges sent while an
+	// attempt still runs (speculative): one that follows a failure is a
+	// retry, which the budget bounds.
+	refused, reported, cappedReported := false, false, false
+	another := func(delay time.Duration, speculative bool) bool {
 		refused = false
 		if len(attempts) > hedges || c.h.isolated.Load() {
 			return false
@@ -99,6 +143,17 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 			if !reported {
 				reported = true
 				c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(attempts) + 1, Err: b.refusal(nil)})
+			}
+			refused = true
+			return false
+		}
+		if speculative && capped && !c.h.load.claim(cfg.Hedging.MaxExtraLoad) {
+			if b := c.budget(); b != nil {
+				b.release()
+			}
+			if !cappedReported {
+				cappedReported = true
+				c.emit(Event{Kind: EventHedgeCapped, Attempt: len(attempts) + 1, Delay: delay})
 			}
 			refused = true
 			return false
@@ -119,7 +174,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 	var timer *time.Timer
 	var tick <-chan time.Time
 	if hedges > 0 {
-		timer = time.NewTimer(cfg.Hedging.Delay)
+		timer = time.NewTimer(delay)
 		defer timer.Stop()
 		tick = timer.C
 	}
@@ -132,6 +187,9 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 			attempts[o.n-1].done = true
 			switch o.kind {
 			case outcomeWin:
+				if rt != nil {
+					rt.last = o.ep // the endpoint whose answer the caller gets
+				}
 				c.settle(attempts, results, running, last)
 				if o.err != nil {
 					return nil, c.errorf(nil, o.err, "")
@@ -141,17 +199,22 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 				c.attempts-- // never sent
 				if o.n == 1 {
 					c.settle(attempts, results, running, last)
+					if rt != nil { // each endpoint's refusal was reported
+						return nil, c.errorf(ErrCircuitOpen, o.err, "on every endpoint")
+					}
 					return nil, c.rejected(o.err)
 				}
-				c.emit(Event{Kind: EventCircuitRejected, Attempt: o.n, Err: o.err})
+				if rt == nil {
+					c.emit(Event{Kind: EventCircuitRejected, Attempt: o.n, Err: o.err})
+				}
 			case outcomeFailure:
 				if last != nil {
 					go c.discardOutcome(last) // never keep the next outcome waiting on a loser
 				}
 				last = &o
-				if another(0) || refused {
+				if another(0, false) || refused {
 					if timer != nil {
-						timer.Reset(cfg.Hedging.Delay)
+						timer.Reset(delay)
 					}
 					if !refused {
 						continue
@@ -162,8 +225,8 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 				return c.result(last.resp, last.err) // every attempt failed
 			}
 		case <-tick:
-			if another(cfg.Hedging.Delay) || refused {
-				timer.Reset(cfg.Hedging.Delay) // a refused hedge is asked for again later
+			if another(delay, running > 0) || refused {
+				timer.Reset(delay) // a refused hedge is asked for again later
 			}
 		case <-ctx.Done():
 			c.settle(attempts, results, running, last)
@@ -178,7 +241,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 // hedgeAttempt is one attempt of a hedged call, in its own goroutine: under
 // the circuit breaker and the attempt deadline, on its own context. It
 // touches nothing of the call that the main goroutine writes.
-func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc, n int, delay time.Duration, body io.ReadCloser, getBody func() (io.ReadCloser, error)) hedgeOutcome {
+func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc, n int, delay time.Duration, body io.ReadCloser, getBody func() (io.ReadCloser, error), t hedgeTarget) hedgeOutcome {
 	// A hedge (n > 1) claimed a budget token; an outcome that is not
 	// judged settles the claim here.
 	settle := func() {
@@ -192,14 +255,17 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 			body.Close() // RoundTrip closes the bodies it sends, and only those
 		}
 	}
-	if c.h.isolated.Load() {
-		unsent()
-		return hedgeOutcome{n: n, kind: outcomeRejected, err: ErrIsolated}
-	}
-	probe, reason := c.s.admit()
-	if reason != nil {
-		unsent()
-		return hedgeOutcome{n: n, kind: outcomeRejected, err: reason}
+	s, probe := t.s, t.probe
+	if !t.admitted {
+		if c.h.isolated.Load() {
+			unsent()
+			return hedgeOutcome{n: n, kind: outcomeRejected, err: ErrIsolated}
+		}
+		var reason error
+		if probe, reason = s.admit(); reason != nil {
+			unsent()
+			return hedgeOutcome{n: n, kind: outcomeRejected, err: reason}
+		}
 	}
 	var deadline *time.Timer
 	if d := c.attemptLimit; d > 0 {
@@ -207,6 +273,9 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 	}
 	start := time.Now()
 	r, sent := c.attemptRequest(ctx, body, getBody)
+	if t.ep != nil {
+		t.ep.retarget(r)
+	}
 	resp, err := c.base.RoundTrip(r)
 	if deadline != nil {
 		deadline.Stop()
@@ -219,30 +288,37 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 	if cause == ErrAttemptTimeout || cause == ErrTotalTimeout {
 		cutBy = cause
 	}
-	c.attemptEnded(n, start, delay, resp, err, cutBy)
+	c.attemptEnded(n, start, delay, resp, err, cutBy, t.ep)
+	if c.cfg.Hedging.DelayPercentile > 0 && (cause == nil || cause == ErrAttemptTimeout) {
+		c.h.latency.record(time.Since(start)) // not the losers': cut short, they say nothing of the latency
+	}
 	switch {
 	case cause == ErrAttemptTimeout:
 		if resp != nil {
 			resp.Body.Close()
 		}
-		c.emit(Event{Kind: EventAttemptTimeout, Attempt: n, Err: ErrAttemptTimeout})
-		c.judge(n == 1, nil, ErrAttemptTimeout)
-		return hedgeOutcome{n: n, err: ErrAttemptTimeout, kind: outcomeFailure}
+		e := Event{Kind: EventAttemptTimeout, Attempt: n, Err: ErrAttemptTimeout}
+		if t.ep != nil {
+			e.Endpoint, e.Host = t.ep.base, s.host
+		}
+		c.emit(e)
+		c.judge(s, n == 1, nil, ErrAttemptTimeout)
+		return hedgeOutcome{n: n, err: ErrAttemptTimeout, kind: outcomeFailure, ep: t.idx}
 	case cause != nil || (err != nil && c.callerLeft() != nil):
 		settle()
-		c.s.abandonProbe(probe, err) // the race's loser or the caller gave up
-		return hedgeOutcome{n: n, err: err, kind: outcomeAbandoned}
+		s.abandonProbe(probe, err) // the race's loser or the caller gave up
+		return hedgeOutcome{n: n, err: err, kind: outcomeAbandoned, ep: t.idx}
 	case err != nil:
 		if fault := requestFault(sent, err); fault != nil {
 			settle()
-			c.s.releaseProbe(probe) // the request's own failure ends the call
-			return hedgeOutcome{n: n, err: fault, kind: outcomeWin}
+			s.releaseProbe(probe) // the request's own failure ends the call
+			return hedgeOutcome{n: n, err: fault, kind: outcomeWin, ep: t.idx}
 		}
 	}
-	if c.judge(n == 1, resp, err) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
-		return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeFailure}
+	if c.judge(s, n == 1, resp, err) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
+		return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeFailure, ep: t.idx}
 	}
-	return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeWin}
+	return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeWin, ep: t.idx}
 }
 
 // settle cancels the attempts still running and, in the background, drains

@@ -60,7 +60,7 @@ func (u *hedgeUpstream) unblock() { u.once.Do(func() { close(u.release) }) }
 func hedgeOptions(rec *evRecorder, delay time.Duration) Options {
 	return Options{
 		Name:    "hedged",
-		Hedging: HedgingOptions{Enabled: true, MaxHedges: 2, Delay: delay},
+		Hedging: HedgingOptions{Enabled: true, MaxHedges: 2, Delay: delay, MaxExtraLoad: NoExtraLoadCap},
 		OnEvent: rec.add,
 	}
 }

@@ -29,6 +29,8 @@ const (
 	DefaultMaxHedges          = 1
 	DefaultHedgingDelay       = 2 * time.Second
 	DefaultHostIdleTimeout    = 5 * time.Minute
+	DefaultHedgingMinDelay    = time.Millisecond
+	DefaultMaxExtraLoad       = 0.05
 )
 
 // Options configures a standard resilience handler. The zero value is the
@@ -276,7 +278,48 @@ type HedgingOptions struct {
 	MaxHedges int
 
 	// Delay is how long an attempt runs before the next is sent. Default 2s.
+	// With DelayPercentile, the delay used until the handler has seen
+	// enough attempts.
 	Delay time.Duration
+
+	// DelayPercentile, in (0, 1), makes the delay adaptive: the attempts
+	// that take longer than this percentile of the attempt latencies the
+	// handler observed over the last 5 to 10 seconds are hedged (0.95
+	// hedges the slowest 5%), within [MinDelay, MaxDelay]. Until 100
+	// attempts have been seen, Delay applies. Default 0: the fixed Delay.
+	DelayPercentile float64
+
+	// MinDelay is the shortest adaptive delay, so that an upstream that
+	// answers fast is not hedged on noise. Default 1ms.
+	MinDelay time.Duration
+
+	// MaxDelay is the longest adaptive delay. Default Delay.
+	MaxDelay time.Duration
+
+	// MaxExtraLoad caps the hedges sent while an earlier attempt still
+	// runs, as a share of calls: one is sent only while the hedges of the
+	// last 10 seconds stay within MaxExtraLoad of the hedged calls started
+	// in them, plus one (so that a handler that makes few calls can still
+	// hedge; from 100 calls in 10 seconds, the extra load is within one
+	// percentage point of the share). A hedge that follows a handled
+	// failure is a retry, and is bounded by the retry budget instead. A refused hedge is an
+	// EventHedgeCapped, once per call. Default 0.05; NoExtraLoadCap for no
+	// cap.
+	MaxExtraLoad float64
+
+	// Endpoints, when set, spread a call's attempts over several base URLs
+	// instead of the request's own: the first attempt goes to one, and each
+	// hedge, or each retry when hedging is not enabled (failover), to
+	// another, as Routing says. Each endpoint has a circuit breaker of its
+	// own, so PerHost.Enabled is required (NewHedgingTransport sets it); an
+	// attempt whose endpoint's circuit is open goes to the next endpoint at
+	// once. Admission control (RateLimit) stays the request's authority's.
+	// At most 16.
+	Endpoints []Endpoint
+
+	// Routing says how attempts are spread over Endpoints. Default
+	// RouteOrdered.
+	Routing Routing
 }
 
 // RetryBudgetOptions configures the retry budget, shared by every call of a
@@ -360,6 +403,7 @@ type CircuitBreakerOptions struct {
 type config struct {
 	Options
 	methods methodSet
+	route   *router // Hedging.Endpoints resolved; nil without
 }
 
 // optionError names the field a user got wrong.
@@ -462,6 +506,12 @@ func resolve(o Options) (*config, error) {
 	if hg.Delay == 0 {
 		hg.Delay = DefaultHedgingDelay
 	}
+	if err := resolveHedgeDelay(hg, bad); err != nil {
+		return nil, err
+	}
+	if err := resolveExtraLoad(hg, bad); err != nil {
+		return nil, err
+	}
 	safe := []string{http.MethodGet}
 	if hg.Enabled {
 		safe = []string{http.MethodGet, http.MethodHead, http.MethodOptions}
@@ -551,8 +601,13 @@ func resolve(o Options) (*config, error) {
 		return nil, err
 	}
 
+	route, rerr := resolveEndpoints(&o.Hedging, o.PerHost.Enabled, bad)
+	if rerr != nil {
+		return nil, rerr
+	}
+
 	if o.MaxBufferedBody == 0 {
 		o.MaxBufferedBody = DefaultMaxBufferedBody
 	}
-	return &config{Options: o, methods: methods}, nil
+	return &config{Options: o, methods: methods, route: route}, nil
 }

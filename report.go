@@ -27,7 +27,9 @@ type Report struct {
 	// call ended with ErrCircuitOpen, or, with hedging, a hedge was not sent.
 	CircuitRejected bool
 
-	// Endpoint is the authority (scheme://host[:port]) the attempts went to.
+	// Endpoint is the authority (scheme://host[:port]) the attempts went to;
+	// with Hedging.Endpoints, that of the endpoint whose outcome the call
+	// returned (or of the last attempt sent).
 	Endpoint string
 
 	// IdempotencyKey is the key every attempt carried, when the handler's

@@ -109,12 +109,16 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 func (c *call) run(now time.Time) (*http.Response, error) {
 	cfg := c.cfg
 	c.repeatable = !cfg.Retry.Disabled && (c.keyed || cfg.methods.repeatable(c.req, c.over))
+	rt := c.newRoute() // nil without Hedging.Endpoints
+	if rt != nil {
+		defer c.routeEnded(rt)
+	}
 	var waited time.Duration // before attempt n
 	for n := 1; ; n++ {
 		if n > 1 {
 			now = time.Now()
 		}
-		resp, err, final := c.attempt(now, waited)
+		resp, err, final := c.attempt(now, waited, rt)
 		if final {
 			if n > 1 && c.budget() != nil {
 				c.budget().release() // never judged: its claim says nothing
@@ -274,7 +278,7 @@ func (c *call) sleepUntil(t time.Time) error {
 // attempt sends one attempt through the circuit breaker under the attempt
 // deadline. When final is true the call is over and err says why; otherwise
 // the outcome is the attempt's, for the retry layer to judge.
-func (c *call) attempt(now time.Time, waited time.Duration) (resp *http.Response, err error, final bool) {
+func (c *call) attempt(now time.Time, waited time.Duration, rt *route) (resp *http.Response, err error, final bool) {
 	h := c.h
 	if err := c.callerLeft(); err != nil {
 		return nil, c.errorf(nil, err, ""), true // the caller left: say so, not what the circuit would have said
@@ -285,55 +289,67 @@ func (c *call) attempt(now time.Time, waited time.Duration) (resp *http.Response
 	if h.isolated.Load() {
 		return nil, c.rejected(ErrIsolated), true
 	}
-	probe, err := c.s.admit()
-	if err != nil {
+	s, ep := c.s, (*endpoint)(nil)
+	var probe uint64
+	if rt != nil {
+		if ep, s, probe, err = c.admitRouted(rt); err != nil {
+			return nil, c.errorf(ErrCircuitOpen, err, "on every endpoint"), true
+		}
+	} else if probe, err = s.admit(); err != nil {
 		return nil, c.rejected(err), true
 	}
 	if !c.prepared {
 		// Only now, once the call will be sent, is the body read ahead.
 		c.prepared = true
 		if err := c.body.prepare(c.req, c.repeatable, c.cfg.MaxBufferedBody); err != nil {
-			c.s.releaseProbe(probe) // the request's own failure
+			s.releaseProbe(probe) // the request's own failure
 			return nil, c.errorf(nil, err, ""), true
 		}
 	}
 	body, getBody, err := c.body.next()
 	if err != nil {
-		c.s.releaseProbe(probe)
+		s.releaseProbe(probe)
 		return nil, c.errorf(nil, err, ""), true
 	}
 
 	ctx, cancel := context.WithCancelCause(c.req.Context())
 	r, sent := c.attemptRequest(ctx, body, getBody)
+	if ep != nil {
+		ep.retarget(r)
+	}
 	c.attempts++
 	c.start(cancel, now)
 	resp, err = c.base.RoundTrip(r)
 	fired := c.headers()
-	c.attemptEnded(c.attempts, now, waited, resp, err, fired)
+	c.attemptEnded(c.attempts, now, waited, resp, err, fired, ep)
 
 	switch {
 	case fired == ErrTotalTimeout:
 		if resp != nil {
 			resp.Body.Close()
 		}
-		c.s.abandonProbe(probe, ErrTotalTimeout)
+		s.abandonProbe(probe, ErrTotalTimeout)
 		return nil, c.totalTimeout(err), true
 	case fired == ErrAttemptTimeout:
 		if resp != nil {
 			resp.Body.Close()
 		}
 		resp, err = nil, ErrAttemptTimeout
-		c.emit(Event{Kind: EventAttemptTimeout, Err: err})
+		e := Event{Kind: EventAttemptTimeout, Err: err}
+		if ep != nil {
+			e.Endpoint, e.Host = ep.base, s.host
+		}
+		c.emit(e)
 	case err != nil && c.callerLeft() != nil:
-		c.s.abandonProbe(probe, err)
+		s.abandonProbe(probe, err)
 		return nil, c.errorf(nil, err, ""), true
 	case err != nil:
 		if fault := requestFault(sent, err); fault != nil {
-			c.s.releaseProbe(probe) // says nothing about the upstream
+			s.releaseProbe(probe) // says nothing about the upstream
 			return nil, c.errorf(nil, fault, ""), true
 		}
 	}
-	c.retryable = c.judge(c.attempts == 1, resp, err)
+	c.retryable = c.judge(s, c.attempts == 1, resp, err)
 	return resp, err, false
 }
 
@@ -355,11 +371,11 @@ func requestFault(body *sentBody, err error) error {
 	return nil
 }
 
-// judge tells the circuit breaker and the retry budget how an attempt went
+// judge tells s's circuit breaker and the retry budget how an attempt went
 // (the first of its call, or a later one), and reports whether it is a
 // failure the retry layer would retry. The standard classification
 // (IsTransient) is computed once for all three.
-func (c *call) judge(first bool, resp *http.Response, err error) (retryable bool) {
+func (c *call) judge(s *hostState, first bool, resp *http.Response, err error) (retryable bool) {
 	cfg := c.cfg
 	var transient bool
 	if cfg.Retry.ShouldRetry == nil || cfg.CircuitBreaker.ShouldHandle == nil {
@@ -372,13 +388,13 @@ func (c *call) judge(first bool, resp *http.Response, err error) (retryable bool
 	if c.keyed {
 		retryable = keyedVerdict(resp, retryable)
 	}
-	if b := c.s.breaker(); b != nil {
+	if b := s.breaker(); b != nil {
 		failed := transient
 		if f := cfg.CircuitBreaker.ShouldHandle; f != nil {
 			failed = f(resp, err)
 		}
 		if failed {
-			c.s.failures.record(resp, err)
+			s.failures.record(resp, err)
 			b.RecordFailure()
 		} else {
 			b.RecordSuccess()

@@ -58,6 +58,9 @@ BENCH_RESULTS=results "$bin" -test.run '^$' -test.bench '^BenchmarkHerd$' -test.
 echo "== hedging experiment (1 round, ~50 s)" >&2
 "$bin" -test.run '^$' -test.bench '^BenchmarkHedging$' -test.benchtime 1x \
 	| tee -a "$out" | grep '^Benchmark' >&2
+echo "== hedging across endpoints (1 round, ~75 s; its table goes to results/hedging.md)" >&2
+BENCH_RESULTS=results "$bin" -test.run '^$' -test.bench '^BenchmarkEndpointHedging$' -test.benchtime 1x \
+	| tee -a "$out" | grep '^Benchmark' >&2
 echo "== retry budget experiment (1 round, ~8 s)" >&2
 "$bin" -test.run '^$' -test.bench '^BenchmarkRetryBudget$' -test.benchtime 1x \
 	| tee -a "$out" | grep '^Benchmark' >&2
@@ -84,7 +87,7 @@ fi
 
 echo
 # The experiments run once per round: benchstat has nothing to say about them.
-go run "$BENCHSTAT" -col /peer -filter '-.name:(Faults OR Herd OR Hedging OR RetryBudget)' "$out"
+go run "$BENCHSTAT" -col /peer -filter '-.name:(Faults OR Herd OR Hedging OR EndpointHedging OR RetryBudget)' "$out"
 echo
 cat results/herd.txt
 echo

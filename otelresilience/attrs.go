@@ -20,16 +20,17 @@ import (
 
 // Attribute keys.
 const (
-	keyHandler = attribute.Key("resilience.handler")
-	keyEvent   = attribute.Key("resilience.event")
-	keyAttempt = attribute.Key("resilience.attempt")
-	keyOutcome = attribute.Key("resilience.outcome")
-	keyMethod  = attribute.Key("http.request.method")
-	keyStatus  = attribute.Key("http.response.status_code")
-	keyErrType = attribute.Key("error.type")
-	keyAddress = attribute.Key("server.address")
-	keyPort    = attribute.Key("server.port")
-	keyScheme  = attribute.Key("url.scheme")
+	keyHandler  = attribute.Key("resilience.handler")
+	keyEvent    = attribute.Key("resilience.event")
+	keyEndpoint = attribute.Key("resilience.endpoint")
+	keyAttempt  = attribute.Key("resilience.attempt")
+	keyOutcome  = attribute.Key("resilience.outcome")
+	keyMethod   = attribute.Key("http.request.method")
+	keyStatus   = attribute.Key("http.response.status_code")
+	keyErrType  = attribute.Key("error.type")
+	keyAddress  = attribute.Key("server.address")
+	keyPort     = attribute.Key("server.port")
+	keyScheme   = attribute.Key("url.scheme")
 )
 
 // Outcomes.
@@ -58,13 +59,14 @@ const (
 // strings the event already holds or constants, so making one allocates
 // nothing; the attribute set it stands for is built once, on first use.
 type setKey struct {
-	kind    resilience.EventKind
-	attempt int
-	status  int
-	handler string
-	method  string
-	errType string
-	host    string
+	kind     resilience.EventKind
+	attempt  int
+	status   int
+	handler  string
+	method   string
+	errType  string
+	host     string
+	endpoint string // the configured base URL of a routed attempt's endpoint
 }
 
 // maxCachedSets bounds each cache: past it, the cache starts afresh, so a
@@ -178,6 +180,9 @@ func appendCommon(kv []attribute.KeyValue, k setKey) []attribute.KeyValue {
 	}
 	if k.errType != "" {
 		kv = append(kv, keyErrType.String(k.errType))
+	}
+	if k.endpoint != "" {
+		kv = append(kv, keyEndpoint.String(k.endpoint))
 	}
 	return appendHost(kv, k.host)
 }

@@ -67,6 +67,11 @@
 //     events the error is the reason the circuit is open, a description of
 //     the failures: error.type is "isolated" when Handler.IsolateCircuit
 //     holds it open, and absent otherwise.
+//   - resilience.endpoint: for an attempt routed by Hedging.Endpoints (on
+//     resilience.attempt.duration, and on attempt_timeout and
+//     circuit_rejected events), the base URL of the endpoint it went to,
+//     as configured: as many values as the handler has endpoints. Refused
+//     hedges are counted as hedge_capped events, once per call.
 //   - resilience.outcome: how an attempt or a call ended, by the standard
 //     classification resilience.IsTransient (a handler's own ShouldRetry or
 //     ShouldHandle is not seen here): "success" for a response whose status
@@ -231,6 +236,9 @@ func (m *Metrics) key(e *resilience.Event) setKey {
 		handler: e.Handler,
 		method:  method(e.Method),
 		status:  e.StatusCode,
+		// As many values as the handler has endpoints: the configured
+		// base, never the request's URL.
+		endpoint: e.Endpoint,
 	}
 	if m.hosts {
 		k.host = e.Host

@@ -515,3 +515,52 @@ func TestBudgetExceeded(t *testing.T) {
 		{get.with(attrs{"resilience.event": "budget_exceeded", "error.type": "budget_exhausted"}), 1},
 	}, r.events(t))
 }
+
+// Routed attempts carry their endpoint's configured base; a hedge refused by
+// MaxExtraLoad is counted once per call as a hedge_capped event.
+func TestEndpointsAndCappedHedges(t *testing.T) {
+	r := newRig(t)
+	stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		<-req.Context().Done()
+	}))
+	t.Cleanup(stuck.Close)
+	fast := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { fmt.Fprint(w, "ok") }))
+	t.Cleanup(fast.Close)
+	_, c := r.newHandler(t, resilience.Options{
+		Name:    "orders",
+		PerHost: resilience.PerHostOptions{Enabled: true},
+		Hedging: resilience.HedgingOptions{Enabled: true, Delay: 5 * time.Millisecond,
+			Endpoints: []resilience.Endpoint{{URL: stuck.URL}, {URL: fast.URL}}},
+	})
+	status, err := get(t, c, "http://orders.invalid/")
+	require.NoError(t, err)
+	require.Equal(t, 200, status)
+	require.Eventually(t, func() bool { return len(r.histogram(t, "resilience.attempt.duration")) == 2 },
+		5*time.Second, time.Millisecond, "both attempts measured")
+	var endpoints []any
+	for _, p := range r.histogram(t, "resilience.attempt.duration") {
+		endpoints = append(endpoints, p.Attrs["resilience.endpoint"])
+	}
+	assert.ElementsMatch(t, []any{stuck.URL, fast.URL}, endpoints)
+
+	// The one hedge the window's reserve allows is spent: the next call's
+	// hedge is refused, and counted.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://orders.invalid/", nil)
+		if resp, err := c.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-done
+	var capped int64
+	for _, p := range r.events(t) {
+		if p.Attrs["resilience.event"] == "hedge_capped" {
+			capped += p.Value
+		}
+	}
+	assert.EqualValues(t, 1, capped)
+}

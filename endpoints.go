@@ -1,0 +1,271 @@
+package resilience
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Routing across endpoints: where each attempt of a call goes when
+// Hedging.Endpoints is set. The retry loop (standard.go) and the hedging
+// loop (hedge.go) both ask the call's route for the next attempt's
+// endpoint; each endpoint is an authority of the handler's host table, so
+// it has a circuit breaker of its own, and an endpoint whose circuit
+// refuses is passed over at once for the next.
+
+// Routing says how a call's attempts are spread over Hedging.Endpoints.
+type Routing int
+
+// Routing modes. The zero value is RouteOrdered.
+const (
+	// RouteOrdered sends the first attempt to the first endpoint and each
+	// further attempt (hedge or retry) to the next, wrapping around after
+	// the last: a primary, then its failovers in order.
+	RouteOrdered Routing = iota
+
+	// RouteWeighted sends the first attempt to an endpoint picked at random
+	// in proportion to the endpoints' Weight, and each further attempt to
+	// one picked the same way among the endpoints the call has not tried
+	// yet (all of them again once every one has been tried).
+	RouteWeighted
+)
+
+func (r Routing) String() string {
+	switch r {
+	case RouteOrdered:
+		return "ordered"
+	case RouteWeighted:
+		return "weighted"
+	}
+	return fmt.Sprintf("Routing(%d)", int(r))
+}
+
+// An Endpoint is one place the attempts of a call can go: a deployment, a
+// replica or a region of the upstream, usually behind its own address.
+type Endpoint struct {
+	// URL is the endpoint's base: scheme://host[:port] and an optional path
+	// prefix, such as "https://eu.orders.internal:8443/api". An attempt's
+	// URL is the request's with the scheme and authority replaced by the
+	// base's, and the prefix put before its path; the query is kept.
+	URL string
+
+	// Weight is the endpoint's share of first attempts with RouteWeighted,
+	// relative to the other endpoints' weights, at most 1000000. Default 1.
+	// RouteOrdered ignores it.
+	Weight int
+}
+
+// maxEndpoints bounds Hedging.Endpoints: a route keeps which endpoints a
+// call tried in one word, and its states in a fixed array.
+const maxEndpoints = 16
+
+// An endpoint is an Endpoint resolved.
+type endpoint struct {
+	base      string  // as configured, without a trailing slash: what events and metrics say
+	url       url.URL // scheme and host only: the host table's key
+	prefix    string  // the path prefix, without a trailing slash; "" for none
+	rawPrefix string  // prefix, escaped as written, for a request with a RawPath
+	weight    int
+}
+
+// A router is the endpoints of a handler's options, resolved.
+type router struct {
+	mode  Routing
+	eps   []endpoint
+	total uint64 // the sum of the weights
+}
+
+// resolveEndpoints validates the endpoints of hg and returns their router,
+// or nil when there are none.
+func resolveEndpoints(hg *HedgingOptions, perHost bool, bad func(string, any, string) error) (*router, error) {
+	switch {
+	case hg.Routing < RouteOrdered || hg.Routing > RouteWeighted:
+		return nil, bad("Hedging.Routing", hg.Routing, "must be RouteOrdered or RouteWeighted")
+	case len(hg.Endpoints) == 0:
+		return nil, nil
+	case len(hg.Endpoints) > maxEndpoints:
+		return nil, bad("Hedging.Endpoints", len(hg.Endpoints), fmt.Sprintf("must hold at most %d endpoints", maxEndpoints))
+	case !perHost:
+		return nil, bad("Hedging.Endpoints", len(hg.Endpoints), "needs PerHost.Enabled: each endpoint has a circuit breaker of its own (NewHedgingTransport sets it)")
+	}
+	rt := &router{mode: hg.Routing, eps: make([]endpoint, len(hg.Endpoints))}
+	seen := make(map[hostKey]int, len(hg.Endpoints))
+	for i, e := range hg.Endpoints {
+		field := fmt.Sprintf("Hedging.Endpoints[%d]", i)
+		u, err := url.Parse(e.URL)
+		switch {
+		case err != nil:
+			return nil, bad(field+".URL", e.URL, "is not a URL")
+		case u.Scheme != "http" && u.Scheme != "https":
+			return nil, bad(field+".URL", e.URL, `must start with "http://" or "https://"`)
+		case u.Host == "":
+			return nil, bad(field+".URL", e.URL, "has no host")
+		case u.User != nil:
+			return nil, bad(field+".URL", "(redacted)", "must not hold user information; set credentials on the request")
+		case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+			return nil, bad(field+".URL", e.URL, "must not have a query or a fragment: it is a base URL")
+		case e.Weight < 0 || e.Weight > 1_000_000:
+			return nil, bad(field+".Weight", e.Weight, "must be between 1 and 1000000")
+		}
+		key := keyOf(u)
+		if j, ok := seen[key]; ok {
+			return nil, bad(field+".URL", e.URL, fmt.Sprintf("has the authority of Hedging.Endpoints[%d]; each endpoint needs its own, for a circuit of its own", j))
+		}
+		seen[key] = i
+		ep := endpoint{
+			base:      strings.TrimSuffix(e.URL, "/"),
+			url:       url.URL{Scheme: key.scheme, Host: key.host},
+			prefix:    strings.TrimSuffix(u.Path, "/"),
+			rawPrefix: strings.TrimSuffix(u.EscapedPath(), "/"),
+			weight:    max(1, e.Weight),
+		}
+		rt.eps[i] = ep
+		rt.total += uint64(ep.weight)
+	}
+	return rt, nil
+}
+
+// A route is one call's way through its handler's endpoints. Only the
+// goroutine that runs the call's loop touches it. It lives in that loop
+// (run or hedge), not in the call, so that a call without endpoints pays
+// nothing for it, not even a field: the call struct sits just under a size
+// class boundary (320 bytes).
+type route struct {
+	r     *router
+	tried uint32 // the endpoints the call has sent to or found refusing, by index
+	next  int    // RouteOrdered: the index of the next attempt's endpoint
+	last  int    // the endpoint of the latest attempt sent
+	held  [maxEndpoints]*hostState
+}
+
+// pick returns the index of the next endpoint to try, and marks it tried.
+func (rt *route) pick(h *Handler) int {
+	n := len(rt.r.eps)
+	if rt.r.mode == RouteOrdered {
+		i := rt.next % n
+		rt.next++
+		rt.tried |= 1 << i
+		return i
+	}
+	all := uint32(1)<<n - 1
+	if rt.tried&all == all {
+		rt.tried = 0 // every endpoint tried: start over
+	}
+	var total uint64
+	for i := range rt.r.eps {
+		if rt.tried&(1<<i) == 0 {
+			total += uint64(rt.r.eps[i].weight)
+		}
+	}
+	x := h.randN(total)
+	for i := range rt.r.eps {
+		if rt.tried&(1<<i) != 0 {
+			continue
+		}
+		if w := uint64(rt.r.eps[i].weight); x < w {
+			rt.tried |= 1 << i
+			return i
+		} else {
+			x -= w
+		}
+	}
+	panic("unreachable: x < total")
+}
+
+// randN returns a random number in [0, n): from the handler's own source
+// when a test set one, from math/rand/v2's otherwise.
+func (h *Handler) randN(n uint64) uint64 {
+	if h.rand != nil {
+		return h.rand(n)
+	}
+	return rand.Uint64N(n)
+}
+
+// state returns endpoint i's host state, held until the call ends.
+func (rt *route) state(h *Handler, i int) *hostState {
+	if s := rt.held[i]; s != nil {
+		return s
+	}
+	s := h.hosts.get(&rt.r.eps[i].url)
+	rt.held[i] = s
+	return s
+}
+
+// newRoute returns the call's route, or nil without Hedging.Endpoints.
+func (c *call) newRoute() *route {
+	if c.cfg.route == nil {
+		return nil
+	}
+	return &route{r: c.cfg.route}
+}
+
+// routeEnded gives back the endpoints' host states when the call's loop
+// ends (the winner's body may still be read: a host state released early
+// is at worst forgotten and made afresh), and names the endpoint of the
+// answer in the call's Report, if it asked for one.
+func (c *call) routeEnded(rt *route) {
+	rt.release(c.h)
+	if c.wantsReport() && c.attempts > 0 {
+		c.over.report.Endpoint = rt.r.eps[rt.last].url.String()
+	}
+}
+
+// release gives back the host states the call held.
+func (rt *route) release(h *Handler) {
+	for i, s := range rt.held {
+		if s != nil {
+			rt.held[i] = nil
+			h.hosts.release(s)
+		}
+	}
+}
+
+// admitRouted picks the endpoint of the next attempt and takes its
+// circuit's permit, passing over at once every endpoint whose circuit
+// refuses (each refusal is an EventCircuitRejected naming the endpoint).
+// It returns the endpoint, its state and the probe number as
+// hostState.admit does, or, when every endpoint refused, the last reason.
+func (c *call) admitRouted(rt *route) (ep *endpoint, s *hostState, probe uint64, refused error) {
+	if c.h.isolated.Load() {
+		return nil, nil, 0, ErrIsolated
+	}
+	for range rt.r.eps {
+		i := rt.pick(c.h)
+		s = rt.state(c.h, i)
+		probe, refused = s.admit()
+		if refused == nil {
+			rt.last = i
+			return &rt.r.eps[i], s, probe, nil
+		}
+		c.emit(Event{Kind: EventCircuitRejected, Attempt: c.attempts + 1, Host: s.host, Endpoint: rt.r.eps[i].base, Err: refused})
+	}
+	return nil, nil, 0, refused
+}
+
+// retarget points r, an attempt's request, at the endpoint: its URL is the
+// caller's with the scheme, the authority and the path prefix of the
+// endpoint, and its Host header follows, unless the caller set one of its
+// own (a Request.Host other than its URL's).
+func (e *endpoint) retarget(r *http.Request) {
+	u := *r.URL
+	u.Scheme, u.Host = e.url.Scheme, e.url.Host
+	if e.prefix != "" {
+		u.Path = e.prefix + withSlash(u.Path)
+		if u.RawPath != "" {
+			u.RawPath = e.rawPrefix + withSlash(u.RawPath)
+		}
+	}
+	if r.Host == "" || r.Host == r.URL.Host {
+		r.Host = ""
+	}
+	r.URL = &u
+}
+
+func withSlash(p string) string {
+	if p == "" || p[0] == '/' {
+		return p
+	}
+	return "/" + p
+}
