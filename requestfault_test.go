@@ -76,7 +76,11 @@ func TestRequestFaultReplayedBodyReaderNotRetried(t *testing.T) {
 }
 
 func TestRequestFaultContentLengthMismatchNotRetried(t *testing.T) {
-	up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {})
+	// The upstream never answers: an answer to the first 3 bytes could
+	// reach the transport before its own write error does (net/http returns
+	// whichever comes first), and the call would then succeed by chance.
+	var up *testUpstream
+	up = newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { up.hang(r) })
 	for _, length := range []int64{10, 3} {
 		h, err := NewHandler(faultOptions())
 		require.NoError(t, err)
