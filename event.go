@@ -26,6 +26,9 @@ const (
 	EventBudgetExceeded                         // a retry or hedge was refused by the retry budget; the caller gets the last outcome
 	EventHedge                                  // another attempt was sent alongside those running, after Delay (0: on a failure)
 	EventFallback                               // a failed call was answered with a kept response (StatusCode); Err is the call's error
+
+	EventSharedRateFallback  // the shared rate's store answers from its local share of the rate (Err says why)
+	EventSharedRateRecovered // the shared rate's store answers from the shared rate again
 )
 
 var eventKindNames = [...]string{
@@ -42,6 +45,9 @@ var eventKindNames = [...]string{
 	EventBudgetExceeded:    "budget_exceeded",
 	EventHedge:             "hedge",
 	EventFallback:          "fallback",
+
+	EventSharedRateFallback:  "shared_rate_fallback",
+	EventSharedRateRecovered: "shared_rate_recovered",
 }
 
 func (k EventKind) String() string {
@@ -106,9 +112,9 @@ func (e Event) URL() string {
 // Options.LogLevels says otherwise.
 func (k EventKind) defaultLevel() slog.Level {
 	switch k {
-	case EventRetry, EventBudgetExceeded, EventFallback:
+	case EventRetry, EventBudgetExceeded, EventFallback, EventSharedRateFallback:
 		return slog.LevelWarn
-	case EventCircuitClosed, EventCircuitHalfOpened, EventHedge:
+	case EventCircuitClosed, EventCircuitHalfOpened, EventHedge, EventSharedRateRecovered:
 		return slog.LevelInfo
 	case EventAttempt, EventCall:
 		return slog.LevelDebug
