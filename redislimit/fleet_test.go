@@ -1,0 +1,5 @@
+package redislimit
+
+const childEnv = "REDISLIMIT_FLEET_CHILD"
+
+func fleetChild() int { return 0 }
