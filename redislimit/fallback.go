@@ -55,6 +55,12 @@ func (l *Limiter) run() {
 			continue
 		case <-t.C:
 		}
+		if l.health.Load().down != nil {
+			// A Redis that restarted has forgotten the replicas: until
+			// they have all announced themselves again, the first back
+			// must not count itself alone and take the whole rate.
+			l.keepUp.Store(time.Now().Add(heartbeatTTL).UnixNano())
+		}
 		err := l.heartbeat()
 		switch h := l.health.Load(); {
 		case err != nil:
@@ -90,7 +96,11 @@ func (l *Limiter) heartbeat() error {
 	if _, err := pipe.Exec(ctx); err != nil {
 		return err
 	}
-	l.observed.Store(max(1, count.Val()))
+	n := max(1, count.Val())
+	if now.UnixNano() < l.keepUp.Load() {
+		n = max(n, l.observed.Load())
+	}
+	l.observed.Store(n)
 	return nil
 }
 

@@ -102,9 +102,10 @@ type Limiter struct {
 	grace    time.Duration
 	id       string // this process's member in the replica set
 
-	buckets  sync.Map     // key -> *bucket
+	buckets  sync.Map // key -> *bucket
 	health   atomic.Pointer[health]
 	observed atomic.Int64 // replicas counted at the last heartbeat; 0: none yet
+	keepUp   atomic.Int64 // until then (unix ns) the count may rise but not fall: Redis came back and the replicas are announcing themselves again
 
 	wake chan struct{} // a call saw Redis fail: the prober starts probing
 	stop chan struct{}
