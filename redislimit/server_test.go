@@ -116,3 +116,15 @@ func newClient(t *testing.T, addr string) *redis.Client {
 func testPrefix(t *testing.T) string {
 	return fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
 }
+
+// benchRedis is the Redis of a benchmark: RESILIENCE_TEST_REDIS_ADDR, or
+// the benchmark is skipped (bench/run.sh starts one).
+func benchRedis(b *testing.B) string {
+	addr := os.Getenv("RESILIENCE_TEST_REDIS_ADDR")
+	if addr == "" {
+		b.Skip("SKIPPED: set RESILIENCE_TEST_REDIS_ADDR to a redis-server (bench/run.sh starts one)")
+	}
+	return addr
+}
+
+func newBenchClient(addr string) *redis.Client { return redis.NewClient(&redis.Options{Addr: addr}) }
