@@ -34,6 +34,12 @@ func (c *call) admit() (queued bool, err error) {
 			return false, err
 		}
 	}
+	if sr := p.rl.Shared; sr != nil && !p.rl.Disabled {
+		if err := c.paceShared(sr); err != nil { // shared.go
+			c.releasePermit()
+			return false, err
+		}
+	}
 	return queued, nil
 }
 

@@ -13,37 +13,41 @@ type EventKind int
 
 // Event kinds.
 const (
-	EventRetry             EventKind = iota + 1 // an attempt failed and another follows after Delay
-	EventAttemptTimeout                         // an attempt got no headers within AttemptTimeout
-	EventTotalTimeout                           // the call ran out of TotalTimeout
-	EventCircuitOpened                          // the circuit opened (Err says why) or was isolated
-	EventCircuitHalfOpened                      // the circuit lets a probe through
-	EventCircuitClosed                          // the circuit closed
-	EventCircuitRejected                        // a call was rejected by the open circuit
-	EventRateLimited                            // a call was rejected by admission control
-	EventAttempt                                // an attempt ended: headers, or an error, after Duration
-	EventCall                                   // a call returned to its caller after Duration and Attempt attempts
-	EventBudgetExceeded                         // a retry or hedge was refused by the retry budget; the caller gets the last outcome
-	EventHedge                                  // another attempt was sent alongside those running, after Delay (0: on a failure)
-	EventFallback                               // a failed call was answered with a kept response (StatusCode); Err is the call's error
-	EventHedgeCapped                            // a hedge was not sent: the hedges of the window reached Hedging.MaxExtraLoad (once per call)
+	EventRetry               EventKind = iota + 1 // an attempt failed and another follows after Delay
+	EventAttemptTimeout                           // an attempt got no headers within AttemptTimeout
+	EventTotalTimeout                             // the call ran out of TotalTimeout
+	EventCircuitOpened                            // the circuit opened (Err says why) or was isolated
+	EventCircuitHalfOpened                        // the circuit lets a probe through
+	EventCircuitClosed                            // the circuit closed
+	EventCircuitRejected                          // a call was rejected by the open circuit
+	EventRateLimited                              // a call was rejected by admission control
+	EventAttempt                                  // an attempt ended: headers, or an error, after Duration
+	EventCall                                     // a call returned to its caller after Duration and Attempt attempts
+	EventBudgetExceeded                           // a retry or hedge was refused by the retry budget; the caller gets the last outcome
+	EventHedge                                    // another attempt was sent alongside those running, after Delay (0: on a failure)
+	EventFallback                                 // a failed call was answered with a kept response (StatusCode); Err is the call's error
+	EventHedgeCapped                              // a hedge was not sent: the hedges of the window reached Hedging.MaxExtraLoad (once per call)
+	EventSharedRateFallback                       // the shared rate's store answers from its local share of the rate (Err says why)
+	EventSharedRateRecovered                      // the shared rate's store answers from the shared rate again
 )
 
 var eventKindNames = [...]string{
-	EventRetry:             "retry",
-	EventAttemptTimeout:    "attempt_timeout",
-	EventTotalTimeout:      "total_timeout",
-	EventCircuitOpened:     "circuit_opened",
-	EventCircuitHalfOpened: "circuit_half_opened",
-	EventCircuitClosed:     "circuit_closed",
-	EventCircuitRejected:   "circuit_rejected",
-	EventRateLimited:       "rate_limited",
-	EventAttempt:           "attempt",
-	EventCall:              "call",
-	EventBudgetExceeded:    "budget_exceeded",
-	EventHedge:             "hedge",
-	EventFallback:          "fallback",
-	EventHedgeCapped:       "hedge_capped",
+	EventRetry:               "retry",
+	EventAttemptTimeout:      "attempt_timeout",
+	EventTotalTimeout:        "total_timeout",
+	EventCircuitOpened:       "circuit_opened",
+	EventCircuitHalfOpened:   "circuit_half_opened",
+	EventCircuitClosed:       "circuit_closed",
+	EventCircuitRejected:     "circuit_rejected",
+	EventRateLimited:         "rate_limited",
+	EventAttempt:             "attempt",
+	EventCall:                "call",
+	EventBudgetExceeded:      "budget_exceeded",
+	EventHedge:               "hedge",
+	EventFallback:            "fallback",
+	EventHedgeCapped:         "hedge_capped",
+	EventSharedRateFallback:  "shared_rate_fallback",
+	EventSharedRateRecovered: "shared_rate_recovered",
 }
 
 func (k EventKind) String() string {
@@ -116,9 +120,9 @@ func (e Event) URL() string {
 // Options.LogLevels says otherwise.
 func (k EventKind) defaultLevel() slog.Level {
 	switch k {
-	case EventRetry, EventBudgetExceeded, EventFallback:
+	case EventRetry, EventBudgetExceeded, EventFallback, EventSharedRateFallback:
 		return slog.LevelWarn
-	case EventCircuitClosed, EventCircuitHalfOpened, EventHedge, EventHedgeCapped:
+	case EventCircuitClosed, EventCircuitHalfOpened, EventHedge, EventHedgeCapped, EventSharedRateRecovered:
 		return slog.LevelInfo
 	case EventAttempt, EventCall:
 		return slog.LevelDebug

@@ -28,6 +28,8 @@ type hostState struct {
 	failures   failureLog
 	entry      hostEntry // its place in the host table, with PerHost
 	probe      probeGate // the half-open probe
+
+	sharedLocal atomic.Bool // the shared rate's store last answered from its fallback (shared.go)
 }
 
 // policies are a host's failsafe-go primitives and the options they were

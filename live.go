@@ -121,7 +121,7 @@ func (s *hostState) reconfigure(cfg *config) {
 	old := s.policies.Load()
 	p := &policies{breaker: old.breaker, bulkhead: old.bulkhead, limiter: old.limiter,
 		rl: cfg.RateLimit, cb: breakerOptionsOf(cfg)}
-	if p.rl == old.rl && p.cb == old.cb {
+	if sameRateOptions(p.rl, old.rl) && p.cb == old.cb {
 		return // a host met after the update, or nothing of its own changed
 	}
 	if p.rl.Disabled != old.rl.Disabled || p.rl.MaxConcurrent != old.rl.MaxConcurrent {

@@ -137,6 +137,16 @@ type RateLimitOptions struct {
 	// *RateLimitError says when the permit is due. A waiting call holds
 	// its concurrency permit. Default false: fail fast.
 	Wait bool
+
+	// Shared, when set, is a rate shared with the handler's other
+	// replicas (see SharedRate and the redislimit package): every call
+	// also takes a permit of it, under the key the handler's name makes
+	// (and the host's authority, with PerHost). Calls over it wait or
+	// fail as Wait says. It is a Go value, set in code: a configuration
+	// file cannot name it; set it in the configure function of
+	// Config.Handlers and Handlers.Apply. Default nil: no shared rate, at
+	// no cost.
+	Shared SharedRate
 }
 
 // PerHostOptions configures per-host isolation. With it, RateLimit and

@@ -96,3 +96,8 @@ if [ "${DONOHARM:-1}" != 0 ]; then
 	echo
 	cat results/donoharm.md
 fi
+
+# Issue 12: the rate shared through Redis (needs redis-server).
+if [ "${REDISLIMIT:-1}" != 0 ]; then
+	./redislimit.sh
+fi

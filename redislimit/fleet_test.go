@@ -1,0 +1,256 @@
+package redislimit
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/resilienthttp/resilience"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The fleet experiment: separate processes (this test binary, re-executed)
+// share one Redis limit against a counting upstream, and Redis is killed
+// and started again mid-run. TestFleet runs a 6 s variant; bench/run.sh
+// runs the 10 s one (REDISLIMIT_FLEET_FULL=1) and keeps its report.
+const (
+	childEnv     = "REDISLIMIT_FLEET_CHILD"
+	fleetRate    = 200
+	fleetProcs   = 4
+	fleetWorkers = 8 // calls in flight per process, each waiting for its permit
+)
+
+type fleetPlan struct {
+	seconds         int // the run's length
+	killAt, startAt int // seconds into the run when Redis is killed, and started again
+}
+
+func TestFleet(t *testing.T) {
+	plan := fleetPlan{seconds: 6, killAt: 3, startAt: 4}
+	if os.Getenv("REDISLIMIT_FLEET_FULL") == "1" {
+		plan = fleetPlan{seconds: 10, killAt: 4, startAt: 6}
+	}
+	srv := startRedis(t) // the test's own: it kills it
+	var (
+		mu       sync.Mutex
+		arrivals = make([][]time.Time, fleetProcs)
+	)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := time.Now()
+		i, _ := strconv.Atoi(r.Header.Get("X-Fleet-Child"))
+		if i >= 0 && i < fleetProcs {
+			mu.Lock()
+			arrivals[i] = append(arrivals[i], now)
+			mu.Unlock()
+		}
+	}))
+	defer up.Close()
+
+	bin, err := os.Executable()
+	require.NoError(t, err)
+	start := time.Now().Add(1500 * time.Millisecond).Truncate(time.Millisecond) // the processes start together, once built up
+	prefix := testPrefix(t)
+	type childEvent struct {
+		child int
+		kind  string
+		at    time.Time
+	}
+	var (
+		evMu   sync.Mutex
+		events []childEvent
+		wg     sync.WaitGroup
+		cmds   []*exec.Cmd
+	)
+	for i := 0; i < fleetProcs; i++ {
+		cmd := exec.Command(bin, "-test.run", "^$")
+		cmd.Env = append(os.Environ(), childEnv+"=1",
+			"FLEET_REDIS="+srv.addr(), "FLEET_URL="+up.URL, "FLEET_PREFIX="+prefix,
+			"FLEET_ID="+strconv.Itoa(i), "FLEET_START="+strconv.FormatInt(start.UnixNano(), 10),
+			"FLEET_SECONDS="+strconv.Itoa(plan.seconds))
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		cmds = append(cmds, cmd)
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				f := strings.Fields(sc.Text())
+				if len(f) == 3 && f[0] == "event" {
+					ns, _ := strconv.ParseInt(f[2], 10, 64)
+					evMu.Lock()
+					events = append(events, childEvent{i, f[1], time.Unix(0, ns)})
+					evMu.Unlock()
+				}
+			}
+		}(i)
+	}
+
+	time.Sleep(time.Until(start.Add(time.Duration(plan.killAt) * time.Second))) // the plan's schedule, not a wait for an outcome
+	srv.kill()
+	killed := time.Now()
+	time.Sleep(time.Until(start.Add(time.Duration(plan.startAt) * time.Second)))
+	restarted := time.Now() // launched: it answers soon after, so the recovery times below are upper bounds
+	srv.start()
+	for _, cmd := range cmds {
+		assert.NoError(t, cmd.Wait(), "a child process failed")
+	}
+	wg.Wait()
+
+	// Per second of the run, for every process and in all.
+	perSec := make([][]int, fleetProcs)
+	total := make([]int, plan.seconds)
+	mu.Lock()
+	for i, as := range arrivals {
+		perSec[i] = make([]int, plan.seconds)
+		for _, a := range as {
+			if s := int(a.Sub(start) / time.Second); s >= 0 && s < plan.seconds {
+				perSec[i][s]++
+				total[s]++
+			}
+		}
+	}
+	mu.Unlock()
+	share := fleetRate / fleetProcs
+	var report strings.Builder
+	fmt.Fprintf(&report, "%d processes x %d calls in flight, shared limit %d/s, Redis killed at %.2fs and answering again at %.2fs\n\n",
+		fleetProcs, fleetWorkers, fleetRate, killed.Sub(start).Seconds(), restarted.Sub(start).Seconds())
+	fmt.Fprintf(&report, "| second | upstream | per process | Redis |\n|---:|---:|---|---|\n")
+	for s := 0; s < plan.seconds; s++ {
+		var each []string
+		for i := range perSec {
+			each = append(each, strconv.Itoa(perSec[i][s]))
+		}
+		state := "up"
+		switch {
+		case s >= plan.killAt && s < plan.startAt:
+			state = "down"
+		case s == plan.startAt:
+			state = "back"
+		}
+		fmt.Fprintf(&report, "| %d | %d | %s | %s |\n", s, total[s], strings.Join(each, " "), state)
+	}
+	evMu.Lock()
+	fmt.Fprintf(&report, "\nevents (seconds into the run):\n")
+	backAlone := make(map[int]time.Duration)
+	for _, e := range events {
+		fmt.Fprintf(&report, "- process %d %s at %.3fs\n", e.child, e.kind, e.at.Sub(start).Seconds())
+		if e.kind == resilience.EventSharedRateRecovered.String() {
+			backAlone[e.child] = e.at.Add(fleetGrace).Sub(restarted)
+		}
+	}
+	evMu.Unlock()
+	fmt.Fprintf(&report, "\nback on the shared rate alone (recovered event + grace of %v), after Redis answered:", fleetGrace)
+	for i := 0; i < fleetProcs; i++ {
+		fmt.Fprintf(&report, " process %d %v;", i, backAlone[i].Round(time.Millisecond))
+	}
+	report.WriteString("\n")
+	t.Log("\n" + report.String())
+	if path := os.Getenv("REDISLIMIT_FLEET_REPORT"); path != "" {
+		require.NoError(t, os.WriteFile(path, []byte(report.String()), 0o644))
+	}
+
+	// The limit is a ceiling: over it by 5% is the limiter's failure, and
+	// fails the test. Under it is the fleet's own pace as well as the
+	// limiter's: on a loaded 2-core machine under -race, four processes
+	// were seen to make 192 calls in a second (-4%) with permits to spare,
+	// so the floor here is -10%; bench/redislimit.sh reports the ±5% of
+	// the experiment on a quiet machine.
+	lo, hi := fleetRate*90/100, fleetRate*105/100
+	for s := 1; s < plan.seconds; s++ {
+		assert.LessOrEqual(t, total[s], fleetRate+share, "second %d: never more than the limit plus one share", s)
+		if s < plan.killAt-0 || s > plan.startAt+1 {
+			assert.True(t, total[s] >= lo && total[s] <= hi, "second %d: %d calls, want %d, at most +5%% and at least -10%%", s, total[s], fleetRate)
+		}
+		if s > plan.killAt && s < plan.startAt {
+			for i := range perSec {
+				assert.InDelta(t, share, perSec[i][s], float64(share)/10, "second %d, process %d: serving at its share while Redis is down", s, i)
+			}
+		}
+	}
+	for i := 0; i < fleetProcs; i++ {
+		d, ok := backAlone[i]
+		if assert.True(t, ok, "process %d went back to the shared rate", i) {
+			assert.Less(t, d, 2*time.Second, "process %d back on the shared rate within 2s of Redis answering", i)
+		}
+	}
+}
+
+// fleetGrace is the grace of the fleet's limiters (New's formula with the
+// default Timeout).
+var fleetGrace = probeMax*6/5 + defaultTimeout + 20*time.Millisecond
+
+// fleetChild is one process of the fleet: fleetWorkers calls in flight,
+// each waiting for its permit, until the run ends. It prints the shared
+// rate's events as "event <kind> <unix nanoseconds>".
+func fleetChild() int {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("FLEET_REDIS")})
+	defer rdb.Close()
+	l, err := New(rdb, Options{Rate: fleetRate, Prefix: os.Getenv("FLEET_PREFIX")})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer l.Close()
+	var out sync.Mutex
+	h, err := resilience.NewHandler(resilience.Options{
+		Name:      "fleet",
+		RateLimit: resilience.RateLimitOptions{Shared: l, Wait: true, MaxConcurrent: fleetWorkers},
+		Retry:     resilience.RetryOptions{Disabled: true},
+		OnEvent: func(e resilience.Event) {
+			if e.Kind == resilience.EventSharedRateFallback || e.Kind == resilience.EventSharedRateRecovered {
+				out.Lock()
+				fmt.Printf("event %s %d\n", e.Kind, time.Now().UnixNano())
+				out.Unlock()
+			}
+		},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	tr := h.Transport(&http.Transport{MaxIdleConnsPerHost: fleetWorkers})
+	defer tr.CloseIdleConnections()
+	startNs, _ := strconv.ParseInt(os.Getenv("FLEET_START"), 10, 64)
+	secs, _ := strconv.Atoi(os.Getenv("FLEET_SECONDS"))
+	start := time.Unix(0, startNs)
+	end := start.Add(time.Duration(secs) * time.Second)
+	time.Sleep(time.Until(start))
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < fleetWorkers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				req, _ := http.NewRequest(http.MethodGet, os.Getenv("FLEET_URL"), nil)
+				req.Header.Set("X-Fleet-Child", os.Getenv("FLEET_ID"))
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					failed.Add(1)
+					fmt.Fprintln(os.Stderr, "fleet child:", err)
+					continue
+				}
+				resp.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		return 1
+	}
+	return 0
+}

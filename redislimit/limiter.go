@@ -1,0 +1,231 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"github.com/resilienthttp/resilience"
+)
+
+// Options configure a Limiter. Rate is required; the zero value of every
+// other field is a sensible default.
+type Options struct {
+	// Rate is how many calls the whole fleet may start per Period, under
+	// each key. Required.
+	Rate int
+
+	// Period is the time Rate is counted over. Default 1s.
+	Period time.Duration
+
+	// Replicas is how many processes share the rate, for the share each
+	// paces its calls at while Redis is unreachable (Rate/Replicas per
+	// Period). Default 0: the processes count themselves, each announcing
+	// itself to Redis once a second; before a process has seen Redis
+	// once, it counts one replica, itself. Set it when the fleet's size is
+	// known, for a safe share from the first call.
+	Replicas int
+
+	// Timeout bounds each Redis call; a call that takes longer counts as
+	// Redis being unreachable. Default 50ms.
+	Timeout time.Duration
+
+	// Prefix is put before every Redis key the Limiter writes. Default
+	// "resilience:".
+	Prefix string
+}
+
+// Defaults and limits of Options, and the probing of an unreachable Redis.
+const (
+	defaultPeriod  = time.Second
+	defaultTimeout = 50 * time.Millisecond
+	defaultPrefix  = "resilience:"
+
+	heartbeatEvery = time.Second     // how often a process announces itself
+	heartbeatTTL   = 3 * time.Second // a replica not heard from for this long is gone
+	probeFirst     = 50 * time.Millisecond
+	probeMax       = 400 * time.Millisecond // the longest wait between probes of a Redis that is down
+	idleBucket     = time.Minute            // a key unused for this long is forgotten
+)
+
+// A Limiter is a rate shared through Redis by every process that uses the
+// same Redis, Prefix and key. It implements resilience.SharedRate; it is
+// safe for concurrent use. Close stops its background work.
+//
+// # Leasing and its worst case
+//
+// A process takes permits from Redis a batch at a time (redis_rate's
+// AllowN) and hands them to its calls without a round trip. A batch is at
+// most B = max(1, Rate/50) permits, the GCRA's burst; it starts at one,
+// doubles while the process spends each lease within its lifetime, and
+// drops back to one when Redis refuses or a lease expires unspent, so it
+// follows the process's own share of the rate. A lease lives τ = Period/50:
+// permits not handed out by then are dropped.
+//
+// Redis's GCRA grants at most Rate·L/Period + B permits in any interval
+// of length L. A permit reaches the upstream at most τ after Redis
+// granted it, so in any Period the upstream sees at most the permits
+// granted over Period+τ: Rate + Rate·τ/Period + B ≤ Rate + 0.02·Rate +
+// 0.02·Rate, plus one for rounding: under 5% of Rate over any Period once
+// Rate is 100 or more (at 200 per second: 209 at most, 4.5%). Below that
+// the single permit of rounding dominates, as it would for a local limit.
+//
+// # When Redis is slow or down
+//
+// A Redis call that fails or takes longer than Timeout turns the Limiter
+// to its fallback: every key is paced locally at Rate/Replicas per Period
+// (failsafe-go's smooth rate limiter), and each answer carries the reason,
+// so that the handler emits resilience.EventSharedRateFallback. A
+// background goroutine probes Redis with jittered backoff from 50ms up to
+// 400ms. Once Redis answers, calls take shared permits again but also keep
+// to the local share for a grace of about 0.55s, long enough for every
+// other replica to have probed Redis and come back too: a replica that
+// came back first cannot take the whole rate while the others still spend
+// their shares unseen by Redis. Calls are back on the shared rate alone
+// within about 1.1s of Redis answering.
+//
+// So with Replicas right (or counted), the fleet never exceeds Rate plus
+// one share during the switches, and keeps to Rate while all processes
+// are on their fallback. A Redis outage never fails a call by itself.
+type Limiter struct {
+	rdb      redis.UniversalClient
+	gcra     *redis_rate.Limiter
+	limit    redis_rate.Limit
+	opts     Options
+	interval time.Duration // Period/Rate: between two permits of the shared rate
+	leaseTTL time.Duration
+	grace    time.Duration
+	id       string // this process's member in the replica set
+
+	buckets  sync.Map // key -> *bucket
+	health   atomic.Pointer[health]
+	observed atomic.Int64 // replicas counted at the last heartbeat; 0: none yet
+	keepUp   atomic.Int64 // until then (unix ns) the count may rise but not fall: Redis came back and the replicas are announcing themselves again
+
+	wake chan struct{} // a call saw Redis fail: the prober starts probing
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+// health is whether the Limiter uses Redis, as one immutable value.
+type health struct {
+	down       error     // Redis is unreachable: why, as callers' answers carry it; nil when up
+	graceUntil time.Time // Redis came back: until then calls keep to the local share too
+}
+
+var up = &health{}
+
+// New returns a Limiter that keeps its rate in rdb, and announces the
+// process to the other replicas once before returning (bounded by
+// Options.Timeout; if Redis does not answer, the Limiter starts on its
+// fallback). Call Close when done with it; it does not close rdb.
+func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
+	switch {
+	case rdb == nil:
+		return nil, errors.New("redislimit: nil Redis client")
+	case opts.Rate <= 0:
+		return nil, fmt.Errorf("redislimit: invalid Rate %d: must be positive", opts.Rate)
+	case opts.Period < 0:
+		return nil, fmt.Errorf("redislimit: invalid Period %v: must not be negative", opts.Period)
+	case opts.Replicas < 0:
+		return nil, fmt.Errorf("redislimit: invalid Replicas %d: must not be negative", opts.Replicas)
+	case opts.Timeout < 0:
+		return nil, fmt.Errorf("redislimit: invalid Timeout %v: must not be negative", opts.Timeout)
+	}
+	if opts.Period == 0 {
+		opts.Period = defaultPeriod
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = defaultTimeout
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = defaultPrefix
+	}
+	interval := opts.Period / time.Duration(opts.Rate)
+	if interval <= 0 {
+		return nil, fmt.Errorf("redislimit: invalid Rate %d: more than one permit per nanosecond over Period %v", opts.Rate, opts.Period)
+	}
+	l := &Limiter{
+		rdb:      rdb,
+		gcra:     redis_rate.NewLimiter(rdb),
+		limit:    redis_rate.Limit{Rate: opts.Rate, Burst: max(1, opts.Rate/50), Period: opts.Period},
+		opts:     opts,
+		interval: interval,
+		leaseTTL: opts.Period / 50,
+		// Every replica still on its fallback probes within probeMax
+		// (+20% jitter) and one Timeout of Redis answering.
+		grace: probeMax*6/5 + opts.Timeout + 20*time.Millisecond,
+		id:    newID(),
+		wake:  make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	l.health.Store(up)
+	if err := l.heartbeat(); err != nil {
+		l.fail(err)
+	}
+	go l.run()
+	return l, nil
+}
+
+// Close stops the Limiter's background work and withdraws the process
+// from the replica count. Calls made after Close still get answers.
+func (l *Limiter) Close() error {
+	l.once.Do(func() {
+		close(l.stop)
+		<-l.done
+		if l.opts.Replicas == 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), l.opts.Timeout)
+			defer cancel()
+			l.rdb.ZRem(ctx, l.replicasKey(), l.id) // best effort: the heartbeat's TTL forgets it anyway
+		}
+	})
+	return nil
+}
+
+// Take implements resilience.SharedRate: it hands over a permit of the
+// rate named key, from the process's lease when it holds one, else from
+// Redis; or it says when the next one is due.
+func (l *Limiter) Take(ctx context.Context, key string) (resilience.SharedRateResult, error) {
+	b := l.bucket(key)
+	for tries := 0; ; tries++ {
+		h := l.health.Load()
+		if h.down != nil {
+			return b.takeLocal(l, h.down), nil
+		}
+		res, again, err := b.takeShared(ctx, l, h, tries)
+		if !again {
+			return res, err
+		}
+	}
+}
+
+// share is how many replicas the rate is divided among on the fallback.
+func (l *Limiter) share() int64 {
+	if l.opts.Replicas > 0 {
+		return int64(l.opts.Replicas)
+	}
+	return max(1, l.observed.Load())
+}
+
+func (l *Limiter) bucket(key string) *bucket {
+	if b, ok := l.buckets.Load(key); ok {
+		return b.(*bucket)
+	}
+	b, _ := l.buckets.LoadOrStore(key, &bucket{key: l.opts.Prefix + key, batch: 1})
+	return b.(*bucket)
+}
+
+// redisCtx bounds a Redis call by Timeout. It does not end with the
+// caller's context: other calls may be waiting on it.
+func (l *Limiter) redisCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), l.opts.Timeout)
+}
+
+func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }
