@@ -166,7 +166,7 @@ func TestFleet(t *testing.T) {
 	// The limit is a ceiling: over it by 5% is the limiter's failure, and
 	// fails the test. Under it is the fleet's own pace as well as the
 	// limiter's: on a loaded 2-core machine under -race, four processes
-	// were seen to make 192 calls in a second (-4%) with permits to spare,
+	// were seen to make 192 calls in a second (-4%) with Redis up,
 	// so the floor here is -10%; bench/redislimit.sh reports the ±5% of
 	// the experiment on a quiet machine.
 	lo, hi := fleetRate*90/100, fleetRate*105/100
