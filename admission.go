@@ -34,6 +34,10 @@ func (c *call) admit() (queued bool, err error) {
 			return false, err
 		}
 	}
+	if err := c.paceServer(); err != nil {
+		c.releasePermit()
+		return false, err
+	}
 	return queued, nil
 }
 

@@ -354,6 +354,7 @@ var rateLimitFields = fieldSet[RateLimitOptions]{
 	"requestsPerSecond": floatField(func(o *RateLimitOptions) *float64 { return &o.RequestsPerSecond }, keepZero),
 	"burst":             intField(func(o *RateLimitOptions) *int { return &o.Burst }, keepZero),
 	"wait":              boolField(func(o *RateLimitOptions) *bool { return &o.Wait }),
+	"ignoreServerQuota": boolField(func(o *RateLimitOptions) *bool { return &o.IgnoreServerQuota }),
 }
 
 // retryFields decode into the whole fileOptions, for maxRetries' sake.

@@ -207,7 +207,9 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 	}
 	start := time.Now()
 	r, sent := c.attemptRequest(ctx, body, getBody)
+	sentAt := c.sendingAttempt(n)
 	resp, err := c.base.RoundTrip(r)
+	c.attemptAnswered(sentAt, resp)
 	if deadline != nil {
 		deadline.Stop()
 	}

@@ -28,6 +28,9 @@ type hostState struct {
 	failures   failureLog
 	entry      hostEntry // its place in the host table, with PerHost
 	probe      probeGate // the half-open probe
+
+	// quota is what the upstream announced of its quota (serverquota.go).
+	quota serverQuota
 }
 
 // policies are a host's failsafe-go primitives and the options they were

@@ -131,6 +131,28 @@ type RateLimitOptions struct {
 	// *RateLimitError says when the permit is due. A waiting call holds
 	// its concurrency permit. Default false: fail fast.
 	Wait bool
+
+	// IgnoreServerQuota stops the handler from following the quota its
+	// upstream announces. By default it reads the quota from the
+	// responses' RateLimit and RateLimit-Policy fields (the IETF httpapi
+	// drafts, current and earlier forms) or X-RateLimit-Limit, -Remaining
+	// and -Reset, per host with PerHost: once the server says no call is
+	// left until a reset, calls wait for the reset or fail at once, as Wait
+	// says, instead of being sent to collect 429s; and a 429 with
+	// Retry-After holds back every call, not only the one that got it,
+	// until then (its own retry still waits for the Retry-After). The error
+	// of a call refused this way is a *RateLimitError with Limit "server".
+	//
+	// It is on by default because it is bounded: no reset or pause is kept
+	// longer than Retry.MaxRetryAfter, or one minute when that is not set,
+	// a call never waits past its deadline, and an upstream that sends
+	// none of these headers (and no 429 with Retry-After) is paced by
+	// nothing. Turn it off for an upstream whose quota belongs to other
+	// callers too (a header about a shared account's quota would then hold
+	// back calls that have their own), or whose endpoints have separate
+	// quotas behind one handler: use one handler per quota instead.
+	// Disabled turns it off too.
+	IgnoreServerQuota bool
 }
 
 // PerHostOptions configures per-host isolation. With it, RateLimit and
