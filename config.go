@@ -355,6 +355,7 @@ var rateLimitFields = fieldSet[RateLimitOptions]{
 	"burst":             intField(func(o *RateLimitOptions) *int { return &o.Burst }, keepZero),
 	"wait":              boolField(func(o *RateLimitOptions) *bool { return &o.Wait }),
 	"ignoreServerQuota": boolField(func(o *RateLimitOptions) *bool { return &o.IgnoreServerQuota }),
+	"pauseOn429":        boolField(func(o *RateLimitOptions) *bool { return &o.PauseOn429 }),
 }
 
 // retryFields decode into the whole fileOptions, for maxRetries' sake.

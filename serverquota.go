@@ -10,7 +10,8 @@ import (
 // Pacing by the server's own signal. A host (the handler, or each
 // authority with PerHost) keeps what its responses said of its quota
 // (quotaheaders.go reads them): how many calls are left until the window
-// resets, and a pause after a 429 with Retry-After. Admission takes one of
+// resets, and a pause after a 429 with Retry-After (one that announces the
+// quota too, or any with RateLimitOptions.PauseOn429). Admission takes one of
 // the calls left, and a call over the quota waits for the reset or fails at
 // once, through pace (pace.go), like a call over any other rate.
 //
@@ -113,15 +114,19 @@ func (q *serverQuota) pauseFor(now time.Time, d time.Duration) {
 }
 
 // observe reads what resp, the answer at now to an attempt sent at sentAt
-// (zero if the quota was not followed yet), says of the quota. No pause or
-// reset is kept longer than most.
-func (q *serverQuota) observe(resp *http.Response, sentAt, now time.Time, most time.Duration) {
-	if resp.StatusCode == http.StatusTooManyRequests {
+// (zero if the quota was not followed yet), says of the quota. A 429's
+// Retry-After pauses every call when the response announces a quota too
+// (the draft gives Retry-After precedence over its reset), or when any 429
+// does (RateLimitOptions.PauseOn429). No pause or reset is kept longer than
+// most.
+func (q *serverQuota) observe(resp *http.Response, sentAt, now time.Time, most time.Duration, anyTooMany bool) {
+	r, announced := readServerQuota(resp.Header, now)
+	if resp.StatusCode == http.StatusTooManyRequests && (announced || anyTooMany) {
 		if d, ok := retryAfter(resp, now); ok && d > 0 {
 			q.pauseFor(now, min(d, most))
 		}
 	}
-	if r, ok := readServerQuota(resp.Header, now); ok {
+	if announced {
 		q.update(r, sentAt, now, most)
 	}
 }
@@ -231,6 +236,6 @@ func (c *call) attemptAnswered(sentAt time.Time, resp *http.Response) {
 	q := &c.s.quota
 	q.sending.Add(-1)
 	if resp != nil && (resp.StatusCode == http.StatusTooManyRequests || hasQuotaHeaders(resp.Header)) {
-		q.observe(resp, sentAt, time.Now(), c.maxServerWait())
+		q.observe(resp, sentAt, time.Now(), c.maxServerWait(), c.cfg.RateLimit.PauseOn429)
 	}
 }

@@ -237,7 +237,7 @@ func TestServerQuota429PausesOtherCalls(t *testing.T) {
 	up := sqNewStatusUpstream(http.Header{"Retry-After": {"1"}}, http.StatusTooManyRequests)
 	defer up.Close()
 	rec := &evRecorder{}
-	opts := sqOptions(rec, RateLimitOptions{})
+	opts := sqOptions(rec, RateLimitOptions{PauseOn429: true})
 	opts.Retry.Disabled = true
 	h, err := NewHandler(opts)
 	require.NoError(t, err)
@@ -261,7 +261,9 @@ func TestServerQuota429PausesOtherCalls(t *testing.T) {
 }
 
 func TestServerQuota429PauseWaited(t *testing.T) {
-	up := sqNewStatusUpstream(http.Header{"Retry-After": {"1"}}, http.StatusTooManyRequests)
+	// A 429 that announces the quota pauses every call without PauseOn429,
+	// for its Retry-After (1 s), not its reset (0 s): Retry-After wins.
+	up := sqNewStatusUpstream(http.Header{"Retry-After": {"1"}, "Ratelimit": {`"d";r=0;t=0`}}, http.StatusTooManyRequests)
 	defer up.Close()
 	rec := &evRecorder{}
 	opts := sqOptions(rec, RateLimitOptions{Wait: true})
@@ -288,7 +290,7 @@ func TestServerQuota429RetryKeepsItsRetryAfter(t *testing.T) {
 	up := sqNewStatusUpstream(http.Header{"Retry-After": {"1"}}, http.StatusTooManyRequests)
 	defer up.Close()
 	rec := &evRecorder{}
-	opts := sqOptions(rec, RateLimitOptions{})
+	opts := sqOptions(rec, RateLimitOptions{PauseOn429: true})
 	opts.Retry = RetryOptions{Delay: time.Millisecond}
 	h, err := NewHandler(opts)
 	require.NoError(t, err)
@@ -303,6 +305,25 @@ func TestServerQuota429RetryKeepsItsRetryAfter(t *testing.T) {
 	require.Len(t, retries, 1)
 	assert.Equal(t, time.Second, retries[0].Delay, "after its Retry-After, as before")
 	assert.Zero(t, rec.count(EventRateLimited))
+}
+
+func TestServerQuotaBare429PausesOnlyWhenAsked(t *testing.T) {
+	up := sqNewStatusUpstream(http.Header{"Retry-After": {"30"}}, http.StatusTooManyRequests)
+	defer up.Close()
+	opts := sqOptions(&evRecorder{}, RateLimitOptions{})
+	opts.Retry.Disabled = true
+	h, err := NewHandler(opts)
+	require.NoError(t, err)
+	tr := h.Transport(&http.Transport{})
+	defer tr.CloseIdleConnections()
+
+	status, err := sqGet(context.Background(), tr, up.URL)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusTooManyRequests, status)
+	status, err = sqGet(context.Background(), tr, up.URL)
+	require.NoError(t, err, "a bare 429 may be one request's: the next call goes")
+	assert.Equal(t, http.StatusOK, status)
+	assert.False(t, h.shared.quota.active.Load())
 }
 
 func TestServerQuota503DoesNotPauseOthers(t *testing.T) {
@@ -329,7 +350,7 @@ func TestServerQuotaPerHost(t *testing.T) {
 	defer spent.Close()
 	fine := sqNewStatusUpstream(http.Header{"Ratelimit": {`"default";r=1000;t=60`}})
 	defer fine.Close()
-	opts := sqOptions(&evRecorder{}, RateLimitOptions{})
+	opts := sqOptions(&evRecorder{}, RateLimitOptions{PauseOn429: true})
 	opts.Retry.Disabled = true
 	opts.PerHost.Enabled = true
 	h, err := NewHandler(opts)
@@ -366,7 +387,7 @@ func TestServerQuotaClampsHostileValues(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			up := sqNewStatusUpstream(tc.header, tc.status, tc.status, tc.status, tc.status)
 			defer up.Close()
-			opts := sqOptions(&evRecorder{}, RateLimitOptions{})
+			opts := sqOptions(&evRecorder{}, RateLimitOptions{PauseOn429: true})
 			opts.Retry.Disabled = true
 			h, err := NewHandler(opts)
 			require.NoError(t, err)
@@ -424,7 +445,7 @@ func TestServerQuotaWithoutHeadersChangesNothing(t *testing.T) {
 func TestServerQuotaIgnored(t *testing.T) {
 	up := sqNewStatusUpstream(http.Header{"Ratelimit": {`"d";r=0;t=60`}, "Retry-After": {"60"}}, http.StatusTooManyRequests)
 	defer up.Close()
-	for _, rl := range []RateLimitOptions{{IgnoreServerQuota: true}, {Disabled: true}} {
+	for _, rl := range []RateLimitOptions{{IgnoreServerQuota: true, PauseOn429: true}, {Disabled: true, PauseOn429: true}} {
 		opts := sqOptions(&evRecorder{}, rl)
 		opts.Retry.Disabled = true
 		h, err := NewHandler(opts)
@@ -469,9 +490,10 @@ func TestServerQuotaCountsCallsSentSinceTheAnswer(t *testing.T) {
 }
 
 func TestLoadConfigIgnoreServerQuota(t *testing.T) {
-	cfg, err := LoadConfig(strings.NewReader(`{"upstreams": {"vendor": {"rateLimit": {"ignoreServerQuota": true}}}}`))
+	cfg, err := LoadConfig(strings.NewReader(`{"upstreams": {"vendor": {"rateLimit": {"ignoreServerQuota": true, "pauseOn429": true}}}}`))
 	require.NoError(t, err)
 	assert.True(t, cfg.Upstreams["vendor"].RateLimit.IgnoreServerQuota)
+	assert.True(t, cfg.Upstreams["vendor"].RateLimit.PauseOn429)
 
 	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"vendor": {"rateLimit": {"ignoreServerQuota": 1}}}}`))
 	require.Error(t, err)
