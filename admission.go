@@ -11,6 +11,10 @@ import (
 // admission is a call's hold on its host's concurrency limit.
 type admission struct {
 	permit *policies // those whose bulkhead the call holds a permit of, if any
+
+	// quotaTaken is set when the call took its share of the quota its
+	// upstream announced (serverquota.go).
+	quotaTaken bool
 }
 
 // admit takes a concurrency permit, waiting in the queue if there is room

@@ -242,6 +242,7 @@ func TestLoadConfigWrittenZero(t *testing.T) {
 		"rateLimit": true, "retry": true, "circuitBreaker": true, "retryBudget": true, "hedging": true, "perHost": true, "logLevels": true,
 		"fallback": true, "header": true, "onTransient": true, "shareCredentialed": true,
 		"disabled": true, "enabled": true, "wait": true, "backoff": true, "noJitter": true, "methods": true, "excludeMethods": true, "ignoreRetryAfter": true,
+		"ignoreServerQuota": true, "pauseOn429": true,
 	}
 	var numeric []string
 	for prefix, keys := range map[string][]string{

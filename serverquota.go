@@ -54,6 +54,8 @@ type serverQuota struct {
 	limitSaid  bool          // limit was announced
 	window     time.Duration // a window's length: announced, or the longest reset seen
 	windowSaid bool          // window was announced
+	anchorLeft int64         // what the answer that showed the window said was left
+	anchorAt   time.Time     // when it came
 }
 
 // take admits a call at now, counting it, or returns how long until the
@@ -96,6 +98,7 @@ func (q *serverQuota) rollLocked(now time.Time) {
 		return
 	}
 	q.started, q.resetAt, q.remaining, q.predicted = q.resetAt, next, q.limit, true
+	q.anchorAt = time.Time{}
 }
 
 // pauseFor admits no call for d from now, or longer if already paused.
@@ -128,12 +131,19 @@ func (q *serverQuota) observe(resp *http.Response, sentAt, now time.Time, most t
 	}
 	if announced {
 		q.update(r, sentAt, now, most)
+	} else {
+		q.sending.Add(-1)
 	}
 }
 
+// update applies r, the quota announced in the answer at now to an attempt
+// sent at sentAt, and counts that attempt's end: under q.mu, so that an
+// answer never finds an attempt gone from sending whose own answer it has
+// not yet seen.
 func (q *serverQuota) update(r quotaReading, sentAt, now time.Time, most time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.sending.Add(-1)
 	q.active.Store(true)
 	r.reset, r.window = min(r.reset, most), min(r.window, most)
 	switch {
@@ -156,12 +166,23 @@ func (q *serverQuota) update(r quotaReading, sentAt, now time.Time, most time.Du
 		q.remaining = min(q.remaining, r.remaining) // nothing to wait for unless a window is known
 		return
 	}
-	ends := now.Add(r.reset)
-	if q.resetAt.IsZero() || ends.After(q.resetAt.Add(q.window/2)) {
-		// A window this client has not counted in.
-		q.started, q.resetAt, q.predicted = sentAt, ends, false
+	ends, slack := now.Add(r.reset), q.window/2
+	switch {
+	case q.resetAt.IsZero() || ends.After(q.resetAt.Add(slack)):
+		// A window this client has not counted in: what is left, less the
+		// attempts on their way, which the server may not have counted.
+		q.resetAt, q.predicted = ends, false
 		q.remaining = r.remaining - q.sending.Load()
+		q.anchorLeft, q.anchorAt = r.remaining, now
 		return
+	case ends.Before(q.resetAt.Add(-slack)):
+		return // the answer of an earlier window
+	}
+	if sentAt.Before(q.anchorAt) && r.remaining > q.anchorLeft {
+		// On its way when the window was first seen, and so taken off it,
+		// but counted before that answer (the server's figure only falls
+		// within a window): it was in the figure already.
+		q.remaining++
 	}
 	q.remaining = min(q.remaining, r.remaining)
 	if q.predicted || ends.Before(q.resetAt) {
@@ -198,6 +219,7 @@ func (c *call) paceServer() error {
 	for q.active.Load() {
 		wait := q.take(time.Now())
 		if wait <= 0 {
+			c.quotaTaken = true
 			return nil
 		}
 		if err := c.pace(limitServer, wait); err != nil {
@@ -209,7 +231,8 @@ func (c *call) paceServer() error {
 
 // sendingAttempt notes that attempt n of the call is being sent, and
 // returns when, or zero if the quota is not followed yet. A retry or hedge
-// spends from the quota; the first attempt's call took its share at
+// spends from the quota, and so does a first attempt whose call was
+// admitted before the quota was followed; the others took their share at
 // admission.
 func (c *call) sendingAttempt(n int) time.Time {
 	if !c.followsServer() {
@@ -221,7 +244,7 @@ func (c *call) sendingAttempt(n int) time.Time {
 		return time.Time{}
 	}
 	now := time.Now()
-	if n > 1 {
+	if n > 1 || !c.quotaTaken {
 		q.spend(now)
 	}
 	return now
@@ -234,8 +257,9 @@ func (c *call) attemptAnswered(sentAt time.Time, resp *http.Response) {
 		return
 	}
 	q := &c.s.quota
-	q.sending.Add(-1)
 	if resp != nil && (resp.StatusCode == http.StatusTooManyRequests || hasQuotaHeaders(resp.Header)) {
 		q.observe(resp, sentAt, time.Now(), c.maxServerWait(), c.cfg.RateLimit.PauseOn429)
+		return
 	}
+	q.sending.Add(-1)
 }

@@ -499,3 +499,67 @@ func TestLoadConfigIgnoreServerQuota(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "rateLimit.ignoreServerQuota")
 }
+
+// The window model, step by step, on a clock of its own.
+func TestServerQuotaWindowModel(t *testing.T) {
+	var q serverQuota
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	most := time.Minute
+	// answer is the end of an attempt sent at sent, answered at now with r.
+	answer := func(r quotaReading, sent, now time.Time) {
+		q.sending.Add(1)
+		q.update(r, sent, now, most)
+	}
+
+	// The first answer: 3 left of 10 per second, until t0+1s, while 1
+	// other attempt is on its way: 2 may go.
+	q.sending.Store(1) // another attempt, sent before the quota was followed
+	answer(quotaReading{remaining: 3, reset: time.Second, hasReset: true, limit: 10, window: time.Second}, time.Time{}, t0)
+	assert.True(t, q.active.Load())
+	assert.Zero(t, q.take(at(10*time.Millisecond)))
+	assert.Zero(t, q.take(at(20*time.Millisecond)))
+	assert.Equal(t, 970*time.Millisecond, q.take(at(30*time.Millisecond)), "spent until the reset")
+	// The other attempt's answer says 4 were left: the server counted it
+	// before the first answer's 3, so it was in that figure: one is given
+	// back.
+	q.update(quotaReading{remaining: 4, reset: time.Second, hasReset: true}, time.Time{}, at(40*time.Millisecond), most)
+	assert.Zero(t, q.sending.Load())
+	assert.Zero(t, q.take(at(45*time.Millisecond)))
+	assert.Equal(t, 950*time.Millisecond, q.take(at(50*time.Millisecond)), "spent again")
+
+	// Another client spends the same quota: an answer lowers the count,
+	// and never raises it within the window.
+	// A later reset within the window does not move it (t is rounded).
+	answer(quotaReading{remaining: 5, reset: 950 * time.Millisecond, hasReset: true}, at(50*time.Millisecond), at(60*time.Millisecond))
+	assert.Equal(t, 900*time.Millisecond, q.take(at(100*time.Millisecond)), "still spent; the reset is as first said")
+
+	// At the reset the next window starts with the announced quota.
+	for i := 0; i < 10; i++ {
+		require.Zero(t, q.take(at(time.Second+time.Duration(i)*time.Millisecond)), "call %d of the new window", i+1)
+	}
+	assert.Equal(t, 990*time.Millisecond, q.take(at(1010*time.Millisecond)), "the window's 10 are spent")
+
+	// The answer to an attempt sent before the window began says nothing
+	// of it, even that none is left.
+	answer(quotaReading{remaining: 0, reset: 10 * time.Millisecond, hasReset: true}, at(990*time.Millisecond), at(1020*time.Millisecond))
+	assert.True(t, q.resetAt.Equal(at(2*time.Second)))
+
+	// An answer from within the window replaces the predicted reset.
+	answer(quotaReading{remaining: 0, reset: 1005 * time.Millisecond, hasReset: true}, at(1001*time.Millisecond), at(1020*time.Millisecond))
+	assert.True(t, q.resetAt.Equal(at(2025*time.Millisecond)))
+
+	// A retry spends without asking.
+	q.spend(at(1030 * time.Millisecond))
+	assert.EqualValues(t, -1, q.remaining)
+
+	// Windows that went by unseen: calls go until an answer says more.
+	assert.Zero(t, q.take(at(10*time.Second)))
+	assert.True(t, q.resetAt.IsZero())
+
+	// A pause holds every call, counting none.
+	q.pauseFor(at(10*time.Second), 2*time.Second)
+	assert.Equal(t, 2*time.Second, q.take(at(10*time.Second)))
+	q.pauseFor(at(10*time.Second), time.Second) // a shorter one does not shorten it
+	assert.Equal(t, time.Second, q.take(at(11*time.Second)))
+}
