@@ -19,14 +19,21 @@ import (
 // were left when the server answered it, and by then this client may have
 // sent more. So a call admitted counts the quota down; a response lowers
 // the count to what it says when that is lower (another client spending
-// the same quota), and never raises it within a window, since calls on
+// the same quota), and does not raise it within a window, since calls on
 // their way are not in its figure. A window this client has not counted in
 // (the first one seen, or one the server started sooner than expected)
 // starts from the response's figure less the attempts whose answers have
-// not come yet. When the window ends the next one starts with the
-// announced quota (or the most ever seen left, plus one) and lasts as long
-// (the announced window, or the longest reset seen), until a response says
-// otherwise; answers to attempts sent before it started say nothing of it.
+// not come yet; an answer among those that says more was left than that
+// figure was counted before it (the server's figure only falls within a
+// window), and its call is given back. When the window ends the next one
+// starts with the announced quota (or the most ever seen left, plus one)
+// and lasts as long (the announced window, or the longest reset seen),
+// until a response says otherwise; answers to attempts sent before it
+// started, or whose reset falls more than half a window before it, say
+// nothing of it. With one client, the count is exact but for the calls on
+// their way when a window is first seen; with several sharing the quota,
+// this client may overrun it by the calls it has on their way when the
+// others spend the last of it.
 //
 // Retries and hedges of a call spend from the quota but do not wait for it:
 // a retry after a 429 waits for its Retry-After, as before.
