@@ -11,6 +11,10 @@ import (
 // admission is a call's hold on its host's concurrency limit.
 type admission struct {
 	permit *policies // those whose bulkhead the call holds a permit of, if any
+
+	// quotaTaken is set when the call took its share of the quota its
+	// upstream announced (serverquota.go).
+	quotaTaken bool
 }
 
 // admit takes a concurrency permit, waiting in the queue if there is room
@@ -33,6 +37,10 @@ func (c *call) admit() (queued bool, err error) {
 			c.releasePermit()
 			return false, err
 		}
+	}
+	if err := c.paceServer(); err != nil { // serverquota.go: the server's word first
+		c.releasePermit()
+		return false, err
 	}
 	if sr := p.rl.Shared; sr != nil && !p.rl.Disabled {
 		if err := c.paceShared(sr); err != nil { // shared.go

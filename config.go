@@ -361,6 +361,8 @@ var rateLimitFields = fieldSet[RateLimitOptions]{
 	"requestsPerSecond": floatField(func(o *RateLimitOptions) *float64 { return &o.RequestsPerSecond }, keepZero),
 	"burst":             intField(func(o *RateLimitOptions) *int { return &o.Burst }, keepZero),
 	"wait":              boolField(func(o *RateLimitOptions) *bool { return &o.Wait }),
+	"ignoreServerQuota": boolField(func(o *RateLimitOptions) *bool { return &o.IgnoreServerQuota }),
+	"pauseOn429":        boolField(func(o *RateLimitOptions) *bool { return &o.PauseOn429 }),
 }
 
 // retryFields decode into the whole fileOptions, for maxRetries' sake.

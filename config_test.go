@@ -251,6 +251,7 @@ func TestLoadConfigWrittenZero(t *testing.T) {
 		"fallback": true, "header": true, "onTransient": true, "shareCredentialed": true,
 		"routing": true, "endpoints": true,
 		"disabled": true, "enabled": true, "wait": true, "hedge": true, "idempotency": true, "backoff": true, "noJitter": true, "methods": true, "excludeMethods": true, "ignoreRetryAfter": true,
+		"ignoreServerQuota": true, "pauseOn429": true,
 	}
 	var numeric []string
 	for prefix, keys := range map[string][]string{

@@ -276,7 +276,9 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 	if t.ep != nil {
 		t.ep.retarget(r)
 	}
+	sentAt := c.sendingAttempt(n)
 	resp, err := c.base.RoundTrip(r)
+	c.attemptAnswered(sentAt, resp)
 	if deadline != nil {
 		deadline.Stop()
 	}

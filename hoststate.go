@@ -30,6 +30,9 @@ type hostState struct {
 	probe      probeGate // the half-open probe
 
 	sharedLocal atomic.Bool // the shared rate's store last answered from its fallback (shared.go)
+
+	// quota is what the upstream announced of its quota (serverquota.go).
+	quota serverQuota
 }
 
 // policies are a host's failsafe-go primitives and the options they were

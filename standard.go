@@ -319,7 +319,9 @@ func (c *call) attempt(now time.Time, waited time.Duration, rt *route) (resp *ht
 	}
 	c.attempts++
 	c.start(cancel, now)
+	sentAt := c.sendingAttempt(c.attempts)
 	resp, err = c.base.RoundTrip(r)
+	c.attemptAnswered(sentAt, resp)
 	fired := c.headers()
 	c.attemptEnded(c.attempts, now, waited, resp, err, fired, ep)
 

@@ -8,6 +8,7 @@
 #
 #   ./run.sh                      # COUNT=6 rounds, ~13 minutes on 2 cores
 #   DONOHARM=0 ./run.sh           # without the do-no-harm experiment (~6 min)
+#   PACING=0 ./run.sh             # without the pacing experiment (~1 min)
 #   COUNT=10 BENCHTIME=2s ./run.sh
 #   PROFILE=1 ./run.sh            # also CPU and allocation profiles of the
 #                                 # resilience success path in results/
@@ -64,6 +65,12 @@ BENCH_RESULTS=results "$bin" -test.run '^$' -test.bench '^BenchmarkEndpointHedgi
 echo "== retry budget experiment (1 round, ~8 s)" >&2
 "$bin" -test.run '^$' -test.bench '^BenchmarkRetryBudget$' -test.benchtime 1x \
 	| tee -a "$out" | grep '^Benchmark' >&2
+if [ "${PACING:-1}" != 0 ]; then
+	# 200 calls against 50 per 10 s: four windows, ~65 s for the four peers.
+	echo "== pacing experiment (1 round, ~65 s; PACING=0 skips it)" >&2
+	"$bin" -test.run '^$' -test.bench '^BenchmarkPacing$' -test.benchtime 1x \
+		| tee -a "$out" | grep '^Benchmark' >&2
+fi
 if [ "${DONOHARM:-1}" != 0 ]; then
 	# Its tables go to results/donoharm.md, not to latest.txt.
 	echo "== do-no-harm experiment (1 round, ~7 minutes; DONOHARM=0 skips it)" >&2
@@ -87,7 +94,7 @@ fi
 
 echo
 # The experiments run once per round: benchstat has nothing to say about them.
-go run "$BENCHSTAT" -col /peer -filter '-.name:(Faults OR Herd OR Hedging OR EndpointHedging OR RetryBudget)' "$out"
+go run "$BENCHSTAT" -col /peer -filter '-.name:(Faults OR Herd OR Hedging OR EndpointHedging OR RetryBudget OR Pacing)' "$out"
 echo
 cat results/herd.txt
 echo

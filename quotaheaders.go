@@ -1,0 +1,274 @@
+package resilience
+
+import (
+	"net/http"
+	"time"
+)
+
+// Reading the quota a server announces in its response headers. Three
+// families are read, the first found wins:
+//
+//   - The IETF httpapi draft's structured fields (draft-ietf-httpapi-
+//     ratelimit-headers-08 and later): RateLimit, a List of service limits
+//     such as `"default";r=50;t=30` (r the quota left, t the seconds until
+//     the window ends), and RateLimit-Policy, a List of policies such as
+//     `"default";q=100;w=60` (q the quota, w the window's seconds, qu its
+//     unit). When several service limits are listed, the one with the least
+//     quota left binds (the longest t among those with none left).
+//   - The earlier drafts: RateLimit as a Dictionary, `limit=100,
+//     remaining=50, reset=5` (draft 07), and the separate RateLimit-Limit,
+//     RateLimit-Remaining and RateLimit-Reset fields (drafts 00 to 06).
+//   - The common X-RateLimit-Limit, X-RateLimit-Remaining and
+//     X-RateLimit-Reset fields.
+//
+// A reset is delta seconds, as the drafts say, or a Unix time, as GitHub's
+// X-RateLimit-Reset is: a value of 1e9 or more (more than 31 years as
+// delta seconds, a date after 2001 as a Unix time) is read as Unix seconds,
+// 1e12 or more as Unix milliseconds, and measured from the response's Date
+// header when it has one, so that a skewed local clock does not move it. A
+// decimal with up to three fractional digits (`t=0.25`) is read too, though
+// the drafts send whole seconds.
+//
+// The fields are an upstream's bytes: a field longer than
+// maxQuotaFieldLength, or an item past the first maxQuotaItems, is not
+// read; a negative, non-numeric or malformed value makes its item (or
+// field) ignored, as the draft asks; numbers saturate at 15 digits. The
+// caller clamps the durations. Hand-written rather than a structured-field
+// library: the root module takes no dependency for it, and reading the
+// fields allocates nothing (readServerQuota, 0 allocs/op in
+// BenchmarkReadServerQuota), while a general parser builds a value tree
+// per response.
+
+// Bounds on what is read of an upstream's quota fields.
+const (
+	maxQuotaFieldLength = 4 << 10 // bytes of one field value
+	maxQuotaItems       = 16      // items of one field, and policies looked up
+	maxQuotaDigits      = 15      // a structured-field integer's most digits
+)
+
+// A quotaReading is what one response says of its upstream's quota.
+type quotaReading struct {
+	remaining int64         // calls left in the window
+	reset     time.Duration // until the window ends, when hasReset
+	hasReset  bool
+	limit     int64         // the window's quota, 0 if not said
+	window    time.Duration // the window's length, 0 if not said
+}
+
+// readServerQuota reads the quota h announces, received at now, and
+// reports whether it announces one (a remaining count, at least).
+func readServerQuota(h http.Header, now time.Time) (quotaReading, bool) {
+	if v := h["Ratelimit"]; len(v) > 0 {
+		if q, ok := readRateLimitList(v, h["Ratelimit-Policy"], h, now); ok {
+			return q, true
+		}
+		if len(v) == 1 {
+			if q, ok := readRateLimitDict(v[0], h, now); ok {
+				return q, true
+			}
+		}
+	}
+	if v := h["Ratelimit-Remaining"]; len(v) > 0 {
+		return readSeparateFields(v[0], h["Ratelimit-Reset"], h["Ratelimit-Limit"], h, now)
+	}
+	if v := h["X-Ratelimit-Remaining"]; len(v) > 0 {
+		return readSeparateFields(v[0], h["X-Ratelimit-Reset"], h["X-Ratelimit-Limit"], h, now)
+	}
+	return quotaReading{}, false
+}
+
+// readSeparateFields reads the Remaining, Reset and Limit fields of the
+// early drafts and of the X- forms.
+func readSeparateFields(remaining string, reset, limit []string, h http.Header, now time.Time) (quotaReading, bool) {
+	var q quotaReading
+	r, ok := wholeNumber(remaining)
+	if !ok {
+		return q, false
+	}
+	q.remaining = r / 1000
+	if len(reset) > 0 {
+		if t, ok := wholeNumber(reset[0]); ok {
+			q.reset, q.hasReset = resetDuration(t, h, now), true
+		}
+	}
+	if len(limit) > 0 {
+		// Draft 03 allowed "100, 100;w=10": the first number is the limit.
+		s := limit[0]
+		for i := 0; i < len(s) && i < maxQuotaFieldLength; i++ {
+			if s[i] == ',' || s[i] == ';' {
+				s = s[:i]
+				break
+			}
+		}
+		if l, ok := wholeNumber(s); ok {
+			q.limit = l / 1000
+		}
+	}
+	return q, true
+}
+
+// wholeNumber reads a field that is one non-negative number, in
+// thousandths.
+func wholeNumber(s string) (int64, bool) {
+	if len(s) > maxQuotaFieldLength {
+		return 0, false
+	}
+	p := sfParser{s: s}
+	p.skipOWS()
+	n, ok := p.number()
+	p.skipOWS()
+	return n, ok && n >= 0 && p.done()
+}
+
+// resetDuration turns a reset value in thousandths of a second, delta or
+// Unix time (see above), into the wait from now, at most maxQuotaWait.
+func resetDuration(v int64, h http.Header, now time.Time) time.Duration {
+	const unixSeconds, unixMillis = 1e9 * 1000, 1e12 * 1000
+	if v < unixSeconds {
+		return time.Duration(min(v, maxQuotaWait.Milliseconds())) * time.Millisecond
+	}
+	ms := v // Unix seconds in thousandths: Unix milliseconds
+	if v >= unixMillis {
+		ms = v / 1000
+	}
+	ref := now
+	if d := h["Date"]; len(d) > 0 && len(d[0]) < 64 {
+		if t, err := http.ParseTime(d[0]); err == nil {
+			ref = t
+		}
+	}
+	if refMs := ref.UnixMilli(); ms > refMs {
+		return time.Duration(min(ms-refMs, maxQuotaWait.Milliseconds())) * time.Millisecond
+	}
+	return 0
+}
+
+// maxQuotaWait is longer than any wait the caller keeps: durations read
+// are clamped to it first, so that no arithmetic on them overflows.
+const maxQuotaWait = 1000 * time.Hour
+
+// readRateLimitList reads the current draft's RateLimit List, with the
+// RateLimit-Policy List for the binding limit's quota and window.
+func readRateLimitList(fields, policies []string, h http.Header, now time.Time) (quotaReading, bool) {
+	var best quotaReading
+	var bestName string
+	found, items := false, 0
+	for _, f := range fields {
+		if len(f) > maxQuotaFieldLength {
+			return quotaReading{}, false
+		}
+		p := sfParser{s: f}
+		for !p.done() && items < maxQuotaItems {
+			items++
+			name, params, ok := p.listItem()
+			if !ok {
+				return quotaReading{}, false // malformed: the field is ignored
+			}
+			var q quotaReading
+			hasR := false
+			for k, v, more := params.next(); more; k, v, more = params.next() {
+				if !v.isNum || v.num < 0 {
+					continue // r and t are non-negative numbers
+				}
+				switch k {
+				case "r":
+					q.remaining, hasR = v.num/1000, true
+				case "t":
+					q.reset, q.hasReset = resetDuration(v.num, h, now), true
+				}
+			}
+			if !hasR {
+				continue // r is required
+			}
+			if !found || q.remaining < best.remaining ||
+				(q.remaining == best.remaining && q.hasReset && (!best.hasReset || q.reset > best.reset)) {
+				best, bestName, found = q, name, true
+			}
+		}
+	}
+	if !found {
+		return quotaReading{}, false
+	}
+	if pol, ok := findPolicy(policies, bestName); ok {
+		if !pol.requests {
+			return quotaReading{}, false // a quota of bytes, not of calls
+		}
+		best.limit, best.window = pol.quota, pol.window
+		if !best.hasReset && pol.window > 0 {
+			// No t: the window's length bounds the wait for its end.
+			best.reset, best.hasReset = pol.window, true
+		}
+	}
+	return best, true
+}
+
+// A quotaPolicy is one item of RateLimit-Policy.
+type quotaPolicy struct {
+	quota    int64
+	window   time.Duration
+	requests bool // its unit is requests (qu absent or "requests")
+}
+
+// findPolicy looks up the policy named name in the RateLimit-Policy fields.
+func findPolicy(fields []string, name string) (quotaPolicy, bool) {
+	items := 0
+	for _, f := range fields {
+		if len(f) > maxQuotaFieldLength {
+			return quotaPolicy{}, false
+		}
+		p := sfParser{s: f}
+		for !p.done() && items < maxQuotaItems {
+			items++
+			n, params, ok := p.listItem()
+			if !ok {
+				return quotaPolicy{}, false
+			}
+			if n != name {
+				continue
+			}
+			pol := quotaPolicy{requests: true}
+			for k, v, more := params.next(); more; k, v, more = params.next() {
+				switch {
+				case k == "qu":
+					pol.requests = v.text == "requests"
+				case !v.isNum || v.num < 0:
+				case k == "q":
+					pol.quota = v.num / 1000
+				case k == "w":
+					pol.window = time.Duration(min(v.num, maxQuotaWait.Milliseconds())) * time.Millisecond
+				}
+			}
+			return pol, true
+		}
+	}
+	return quotaPolicy{}, false
+}
+
+// readRateLimitDict reads draft 07's RateLimit Dictionary:
+// limit=100, remaining=50, reset=5.
+func readRateLimitDict(f string, h http.Header, now time.Time) (quotaReading, bool) {
+	if len(f) > maxQuotaFieldLength {
+		return quotaReading{}, false
+	}
+	var q quotaReading
+	hasR := false
+	p := sfParser{s: f}
+	for members := 0; !p.done() && members < maxQuotaItems; members++ {
+		key, v, ok := p.dictMember()
+		if !ok {
+			return quotaReading{}, false
+		}
+		if v < 0 {
+			continue
+		}
+		switch key {
+		case "limit":
+			q.limit = v / 1000
+		case "remaining":
+			q.remaining, hasR = v/1000, true
+		case "reset":
+			q.reset, q.hasReset = resetDuration(v, h, now), true
+		}
+	}
+	return q, hasR
+}

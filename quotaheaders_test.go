@@ -1,0 +1,187 @@
+package resilience
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestReadServerQuota(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	epoch := now.Unix()
+	type want = quotaReading
+	for _, tc := range []struct {
+		name   string
+		header map[string]string
+		want   quotaReading
+		ok     bool
+	}{
+		{"none", map[string]string{"Content-Type": "text/plain"}, want{}, false},
+		{"policy alone is informative", map[string]string{"RateLimit-Policy": `"default";q=100;w=60`}, want{}, false},
+
+		// The current draft's structured fields.
+		{"draft: RateLimit alone", map[string]string{"RateLimit": `"default";r=50;t=30`},
+			want{remaining: 50, reset: 30 * time.Second, hasReset: true}, true},
+		{"draft: with its policy", map[string]string{"RateLimit": `"default";r=0;t=7`, "RateLimit-Policy": `"default";q=100;w=60`},
+			want{remaining: 0, reset: 7 * time.Second, hasReset: true, limit: 100, window: time.Minute}, true},
+		{"draft: token name, OWS, extra params", map[string]string{"RateLimit": `  default;r=5;t=2;acme-x="y";pk=:cHsdsRa894==:  `},
+			want{remaining: 5, reset: 2 * time.Second, hasReset: true}, true},
+		{"draft: the binding limit of several", map[string]string{
+			"RateLimit":        `"permin";r=20;t=40, "perhr";r=3;t=1800, "daily";r=900;t=80000`,
+			"RateLimit-Policy": `"permin";q=50;w=60,"perhr";q=1000;w=3600`},
+			want{remaining: 3, reset: 1800 * time.Second, hasReset: true, limit: 1000, window: time.Hour}, true},
+		{"draft: of several spent, the longest reset", map[string]string{"RateLimit": `"a";r=0;t=5, "b";r=0;t=9, "c";r=1;t=1`},
+			want{remaining: 0, reset: 9 * time.Second, hasReset: true}, true},
+		{"draft: no t, the policy's window bounds the wait", map[string]string{"RateLimit": `"d";r=0`, "RateLimit-Policy": `"d";q=10;w=20`},
+			want{remaining: 0, reset: 20 * time.Second, hasReset: true, limit: 10, window: 20 * time.Second}, true},
+		{"draft: no t, no window", map[string]string{"RateLimit": `"d";r=4`}, want{remaining: 4}, true},
+		{"draft: decimal t", map[string]string{"RateLimit": `"d";r=1;t=0.25`},
+			want{remaining: 1, reset: 250 * time.Millisecond, hasReset: true}, true},
+		{"draft: a quota of bytes is not of calls", map[string]string{"RateLimit": `"b";r=0;t=10`, "RateLimit-Policy": `"b";q=65535;qu="content-bytes";w=10`}, want{}, false},
+		{"draft: no r", map[string]string{"RateLimit": `"d";t=10`}, want{}, false},
+		{"draft: negative r ignores the item", map[string]string{"RateLimit": `"d";r=-1;t=10`}, want{}, false},
+		{"draft: negative t is no reset", map[string]string{"RateLimit": `"d";r=0;t=-5`}, want{remaining: 0}, true},
+		{"draft: malformed", map[string]string{"RateLimit": `"d";r=0;t=10,`}, want{}, false},
+		{"draft: unterminated string", map[string]string{"RateLimit": `"d;r=0;t=10`}, want{}, false},
+		{"draft: inner list", map[string]string{"RateLimit": `("d");r=0`}, want{}, false},
+		{"draft: huge r saturates", map[string]string{"RateLimit": `"d";r=99999999999999999999999;t=1`},
+			want{remaining: 1e15, reset: time.Second, hasReset: true}, true},
+		{"draft: huge t is clamped", map[string]string{"RateLimit": `"d";r=0;t=999999999`},
+			want{remaining: 0, reset: maxQuotaWait, hasReset: true}, true},
+
+		// Draft 07's Dictionary.
+		{"draft 07", map[string]string{"RateLimit": `limit=100, remaining=50, reset=5`},
+			want{remaining: 50, reset: 5 * time.Second, hasReset: true, limit: 100}, true},
+		{"draft 07: no remaining", map[string]string{"RateLimit": `limit=100, reset=5`}, want{}, false},
+		{"draft 07: non-numeric", map[string]string{"RateLimit": `limit=100, remaining=lots, reset=5`},
+			want{limit: 100, reset: 5 * time.Second, hasReset: true}, false},
+
+		// Drafts 00 to 06.
+		{"draft 06", map[string]string{"RateLimit-Limit": "100", "RateLimit-Remaining": "0", "RateLimit-Reset": "12"},
+			want{remaining: 0, reset: 12 * time.Second, hasReset: true, limit: 100}, true},
+		{"draft 03 limit with its policy", map[string]string{"RateLimit-Limit": "100, 100;w=10", "RateLimit-Remaining": "7", "RateLimit-Reset": "3"},
+			want{remaining: 7, reset: 3 * time.Second, hasReset: true, limit: 100}, true},
+
+		// The X- forms.
+		{"x: delta reset", map[string]string{"X-RateLimit-Limit": "60", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "42"},
+			want{remaining: 0, reset: 42 * time.Second, hasReset: true, limit: 60}, true},
+		{"x: Unix reset (GitHub)", map[string]string{"X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": itoa(epoch + 90)},
+			want{remaining: 0, reset: 90 * time.Second, hasReset: true, limit: 5000}, true},
+		{"x: Unix reset measured from Date", map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": itoa(epoch + 90),
+			"Date": now.Add(-time.Hour).Format(http.TimeFormat)}, // the server's clock is an hour behind ours
+			want{remaining: 0, reset: time.Hour + 90*time.Second, hasReset: true}, true},
+		{"x: Unix milliseconds", map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": itoa(epoch*1000 + 1500)},
+			want{remaining: 0, reset: 1500 * time.Millisecond, hasReset: true}, true},
+		{"x: Unix reset in the past", map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": itoa(epoch - 10)},
+			want{remaining: 0, reset: 0, hasReset: true}, true},
+		{"x: negative remaining", map[string]string{"X-RateLimit-Remaining": "-3", "X-RateLimit-Reset": "5"}, want{}, false},
+		{"x: non-numeric reset", map[string]string{"X-RateLimit-Remaining": "3", "X-RateLimit-Reset": "soon"}, want{remaining: 3}, true},
+		{"x: too long", map[string]string{"X-RateLimit-Remaining": strings.Repeat("1", maxQuotaFieldLength+1)}, want{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			for k, v := range tc.header {
+				h.Set(k, v)
+			}
+			got, ok := readServerQuota(h, now)
+			assert.Equal(t, tc.ok, ok)
+			if ok {
+				assert.Equal(t, tc.want, got)
+			}
+		})
+	}
+}
+
+func TestReadServerQuotaBounded(t *testing.T) {
+	now := time.Now()
+	// Thousands of policies: only the first maxQuotaItems are read.
+	var b strings.Builder
+	for i := 0; i < 5000; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(`"p";r=9;t=1`)
+	}
+	h := http.Header{"Ratelimit": {`"p";r=3;t=1,` + b.String()[:maxQuotaFieldLength-20]}}
+	got, ok := readServerQuota(h, now)
+	assert.True(t, ok)
+	assert.EqualValues(t, 3, got.remaining)
+
+	h = http.Header{"Ratelimit": {b.String()}} // longer than maxQuotaFieldLength: not read
+	_, ok = readServerQuota(h, now)
+	assert.False(t, ok)
+
+	// The binding limit hides past the items read: it is not seen.
+	items := strings.Repeat(`"p";r=9;t=1,`, maxQuotaItems)
+	h = http.Header{"Ratelimit": {items + `"q";r=0;t=50`}}
+	got, ok = readServerQuota(h, now)
+	assert.True(t, ok)
+	assert.EqualValues(t, 9, got.remaining)
+}
+
+func TestReadServerQuotaAllocatesNothing(t *testing.T) {
+	now := time.Now()
+	for _, h := range []http.Header{
+		{"Content-Type": {"text/plain"}},
+		{"Ratelimit": {`"default";r=50;t=30`}, "Ratelimit-Policy": {`"default";q=100;w=60`}},
+		{"Ratelimit": {`limit=100, remaining=50, reset=5`}},
+		{"X-Ratelimit-Limit": {"60"}, "X-Ratelimit-Remaining": {"10"}, "X-Ratelimit-Reset": {"42"}},
+	} {
+		allocs := testing.AllocsPerRun(100, func() { readServerQuota(h, now) })
+		assert.Zero(t, allocs, "%v", h)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func BenchmarkReadServerQuota(b *testing.B) {
+	now := time.Now()
+	b.Run("none", func(b *testing.B) {
+		h := http.Header{"Content-Type": {"text/plain"}, "Content-Length": {"80"}}
+		b.ReportAllocs()
+		for b.Loop() {
+			readServerQuota(h, now)
+		}
+	})
+	b.Run("draft", func(b *testing.B) {
+		h := http.Header{"Ratelimit": {`"default";r=50;t=30`}, "Ratelimit-Policy": {`"default";q=100;w=60`}}
+		b.ReportAllocs()
+		for b.Loop() {
+			readServerQuota(h, now)
+		}
+	})
+}
+
+func FuzzReadServerQuota(f *testing.F) {
+	for _, s := range []string{
+		`"default";r=50;t=30`, `"d";r=0;t=0.25`, `limit=100, remaining=50, reset=5`, `default;r=5;pk=:cHsdsRa894==:`,
+		`"a";r=0;t=5, "b";r=0;t=9`, `"d";r=-1`, `"d";r=99999999999999999999`, `("x");r=1`, `?1;r=2;t=3`, "", "1700000000",
+	} {
+		f.Add(s, `"default";q=100;w=60`, s)
+	}
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, rateLimit, policy, x string) {
+		for _, h := range []http.Header{
+			{"Ratelimit": {rateLimit}, "Ratelimit-Policy": {policy}},
+			{"Ratelimit-Remaining": {x}, "Ratelimit-Reset": {rateLimit}, "Ratelimit-Limit": {policy}},
+			{"X-Ratelimit-Remaining": {x}, "X-Ratelimit-Reset": {x}, "Date": {policy}},
+		} {
+			q, ok := readServerQuota(h, now) // must never panic
+			if !ok {
+				continue
+			}
+			switch {
+			case q.remaining < 0, q.limit < 0:
+				t.Fatalf("%v: negative count %+v", h, q)
+			case q.reset < 0 || q.reset > maxQuotaWait, q.window < 0 || q.window > maxQuotaWait:
+				t.Fatalf("%v: duration out of [0, %v]: %+v", h, maxQuotaWait, q)
+			case !q.hasReset && q.reset != 0:
+				t.Fatalf("%v: a reset without hasReset: %+v", h, q)
+			}
+		}
+	})
+}

@@ -1,0 +1,272 @@
+package resilience
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Pacing by the server's own signal. A host (the handler, or each
+// authority with PerHost) keeps what its responses said of its quota
+// (quotaheaders.go reads them): how many calls are left until the window
+// resets, and a pause after a 429 with Retry-After (one that announces the
+// quota too, or any with RateLimitOptions.PauseOn429). Admission takes one of
+// the calls left, and a call over the quota waits for the reset or fails at
+// once, through pace (pace.go), like a call over any other rate.
+//
+// The count is kept here, not only read: a response says how many calls
+// were left when the server answered it, and by then this client may have
+// sent more. So a call admitted counts the quota down; a response lowers
+// the count to what it says when that is lower (another client spending
+// the same quota), and does not raise it within a window, since calls on
+// their way are not in its figure. A window this client has not counted in
+// (the first one seen, or one the server started sooner than expected)
+// starts from the response's figure less the attempts whose answers have
+// not come yet; an answer among those that says more was left than that
+// figure was counted before it (the server's figure only falls within a
+// window), and its call is given back. When the window ends the next one
+// starts with the announced quota (or the most ever seen left, plus one)
+// and lasts as long (the announced window, or the longest reset seen),
+// until a response says otherwise; answers to attempts sent before it
+// started, or whose reset falls more than half a window before it, say
+// nothing of it. With one client, the count is exact but for the calls on
+// their way when a window is first seen; with several sharing the quota,
+// this client may overrun it by the calls it has on their way when the
+// others spend the last of it.
+//
+// Retries and hedges of a call spend from the quota but do not wait for it:
+// a retry after a 429 waits for its Retry-After, as before.
+//
+// Until a response carries a quota or a 429 with Retry-After, a call pays
+// two atomic additions and, per response, three header lookups.
+
+// maxServerWait is the longest pause or reset the handler keeps, when
+// Retry.MaxRetryAfter does not set another: a server that announces a
+// reset an hour away is asked again after a minute.
+const maxServerWait = time.Minute
+
+// serverQuota is a host's record of the quota its upstream announces.
+type serverQuota struct {
+	active  atomic.Bool               // a response announced a quota or a pause: until then nothing is paced
+	pause   atomic.Pointer[time.Time] // no call is admitted before, after a 429 with Retry-After
+	sending atomic.Int64              // attempts sent whose response headers have not come
+
+	mu         sync.Mutex
+	resetAt    time.Time     // when the current window ends; zero: no window known, calls go
+	remaining  int64         // calls left in it, counted down as they are admitted
+	started    time.Time     // when this client began counting in it
+	predicted  bool          // resetAt is the last window's end plus its length, not a response's word
+	limit      int64         // a window's quota: announced, or the most seen left plus one
+	limitSaid  bool          // limit was announced
+	window     time.Duration // a window's length: announced, or the longest reset seen
+	windowSaid bool          // window was announced
+	anchorLeft int64         // what the answer that showed the window said was left
+	anchorAt   time.Time     // when it came
+}
+
+// take admits a call at now, counting it, or returns how long until the
+// quota may admit it.
+func (q *serverQuota) take(now time.Time) time.Duration {
+	if p := q.pause.Load(); p != nil {
+		if d := p.Sub(now); d > 0 {
+			return d
+		}
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.rollLocked(now)
+	if q.resetAt.IsZero() || q.remaining > 0 {
+		q.remaining--
+		return 0
+	}
+	return q.resetAt.Sub(now)
+}
+
+// spend counts an attempt sent without asking: a retry or a hedge.
+func (q *serverQuota) spend(now time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.rollLocked(now)
+	q.remaining--
+}
+
+// rollLocked starts the next window when the current one has ended. q.mu
+// must be held.
+func (q *serverQuota) rollLocked(now time.Time) {
+	if q.resetAt.IsZero() || now.Before(q.resetAt) {
+		return
+	}
+	next := q.resetAt.Add(q.window)
+	if q.window <= 0 || q.limit <= 0 || !now.Before(next) {
+		// Nothing to predict the next window by, or windows went by
+		// unseen: calls go until a response says more.
+		q.resetAt = time.Time{}
+		return
+	}
+	q.started, q.resetAt, q.remaining, q.predicted = q.resetAt, next, q.limit, true
+	q.anchorAt = time.Time{}
+}
+
+// pauseFor admits no call for d from now, or longer if already paused.
+func (q *serverQuota) pauseFor(now time.Time, d time.Duration) {
+	until := now.Add(d)
+	for {
+		p := q.pause.Load()
+		if p != nil && !p.Before(until) {
+			break
+		}
+		if q.pause.CompareAndSwap(p, &until) {
+			break
+		}
+	}
+	q.active.Store(true)
+}
+
+// observe reads what resp, the answer at now to an attempt sent at sentAt
+// (zero if the quota was not followed yet), says of the quota. A 429's
+// Retry-After pauses every call when the response announces a quota too
+// (the draft gives Retry-After precedence over its reset), or when any 429
+// does (RateLimitOptions.PauseOn429). No pause or reset is kept longer than
+// most.
+func (q *serverQuota) observe(resp *http.Response, sentAt, now time.Time, most time.Duration, anyTooMany bool) {
+	r, announced := readServerQuota(resp.Header, now)
+	if resp.StatusCode == http.StatusTooManyRequests && (announced || anyTooMany) {
+		if d, ok := retryAfter(resp, now); ok && d > 0 {
+			q.pauseFor(now, min(d, most))
+		}
+	}
+	if announced {
+		q.update(r, sentAt, now, most)
+	} else {
+		q.sending.Add(-1)
+	}
+}
+
+// update applies r, the quota announced in the answer at now to an attempt
+// sent at sentAt, and counts that attempt's end: under q.mu, so that an
+// answer never finds an attempt gone from sending whose own answer it has
+// not yet seen.
+func (q *serverQuota) update(r quotaReading, sentAt, now time.Time, most time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.sending.Add(-1)
+	q.active.Store(true)
+	r.reset, r.window = min(r.reset, most), min(r.window, most)
+	switch {
+	case r.limit > 0:
+		q.limit, q.limitSaid = r.limit, true
+	case !q.limitSaid:
+		q.limit = max(q.limit, r.remaining+1)
+	}
+	switch {
+	case r.window > 0:
+		q.window, q.windowSaid = r.window, true
+	case !q.windowSaid && r.hasReset:
+		q.window = max(q.window, r.reset)
+	}
+	q.rollLocked(now)
+	if sentAt.Before(q.started) {
+		return // the answer to an attempt of a window that has ended
+	}
+	if !r.hasReset {
+		q.remaining = min(q.remaining, r.remaining) // nothing to wait for unless a window is known
+		return
+	}
+	ends, slack := now.Add(r.reset), q.window/2
+	switch {
+	case q.resetAt.IsZero() || ends.After(q.resetAt.Add(slack)):
+		// A window this client has not counted in: what is left, less the
+		// attempts on their way, which the server may not have counted.
+		q.resetAt, q.predicted = ends, false
+		q.remaining = r.remaining - q.sending.Load()
+		q.anchorLeft, q.anchorAt = r.remaining, now
+		return
+	case ends.Before(q.resetAt.Add(-slack)):
+		return // the answer of an earlier window
+	}
+	if sentAt.Before(q.anchorAt) && r.remaining > q.anchorLeft {
+		// On its way when the window was first seen, and so taken off it,
+		// but counted before that answer (the server's figure only falls
+		// within a window): it was in the figure already.
+		q.remaining++
+	}
+	q.remaining = min(q.remaining, r.remaining)
+	if q.predicted || ends.Before(q.resetAt) {
+		q.resetAt, q.predicted = ends, false
+	}
+}
+
+// hasQuotaHeaders reports whether h may announce a quota.
+func hasQuotaHeaders(h http.Header) bool {
+	return len(h["Ratelimit"]) > 0 || len(h["Ratelimit-Remaining"]) > 0 || len(h["X-Ratelimit-Remaining"]) > 0
+}
+
+// followsServer reports whether the call follows the server's quota.
+func (c *call) followsServer() bool {
+	rl := &c.cfg.RateLimit
+	return !rl.Disabled && !rl.IgnoreServerQuota
+}
+
+// maxServerWait is the longest pause or reset the call's options keep.
+func (c *call) maxServerWait() time.Duration {
+	if m := c.cfg.Retry.MaxRetryAfter; m > 0 {
+		return m
+	}
+	return maxServerWait
+}
+
+// paceServer admits the call by the quota its upstream announced, waiting
+// for the reset or refusing the call as RateLimitOptions.Wait says.
+func (c *call) paceServer() error {
+	if !c.followsServer() {
+		return nil
+	}
+	q := &c.s.quota
+	for q.active.Load() {
+		wait := q.take(time.Now())
+		if wait <= 0 {
+			c.quotaTaken = true
+			return nil
+		}
+		if err := c.pace(limitServer, wait); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sendingAttempt notes that attempt n of the call is being sent, and
+// returns when, or zero if the quota is not followed yet. A retry or hedge
+// spends from the quota, and so does a first attempt whose call was
+// admitted before the quota was followed; the others took their share at
+// admission.
+func (c *call) sendingAttempt(n int) time.Time {
+	if !c.followsServer() {
+		return time.Time{}
+	}
+	q := &c.s.quota
+	q.sending.Add(1)
+	if !q.active.Load() {
+		return time.Time{}
+	}
+	now := time.Now()
+	if n > 1 || !c.quotaTaken {
+		q.spend(now)
+	}
+	return now
+}
+
+// attemptAnswered notes the end of an attempt sendingAttempt returned
+// sentAt for, and what its response, if any, says of the quota.
+func (c *call) attemptAnswered(sentAt time.Time, resp *http.Response) {
+	if !c.followsServer() {
+		return
+	}
+	q := &c.s.quota
+	if resp != nil && (resp.StatusCode == http.StatusTooManyRequests || hasQuotaHeaders(resp.Header)) {
+		q.observe(resp, sentAt, time.Now(), c.maxServerWait(), c.cfg.RateLimit.PauseOn429)
+		return
+	}
+	q.sending.Add(-1)
+}
