@@ -11,10 +11,9 @@ import (
 // admission is a call's hold on its host's concurrency limit.
 type admission struct {
 	permit *policies // those whose bulkhead the call holds a permit of, if any
-
-	// quotaTaken is set when the call took its share of the quota its
-	// upstream announced (serverquota.go).
-	quotaTaken bool
+	// quotaTaken, set when the call took its share of the quota its
+	// upstream announced (serverquota.go), is kept in retrying's padding:
+	// here it would move every call to the next allocation size class.
 }
 
 // admit takes a concurrency permit, waiting in the queue if there is room

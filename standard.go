@@ -40,6 +40,7 @@ type retrying struct {
 	keyed      bool // the request carries an idempotency key its upstream keeps
 	retryable  bool // the last attempt failed in a way the retry layer retries
 	prepared   bool // body.prepare has run
+	quotaTaken bool // admission took the call's share of the server's quota (admission.go)
 	delays     backoff.BackOff
 }
 
