@@ -307,42 +307,30 @@ func TestServerQuota429RetryKeepsItsRetryAfter(t *testing.T) {
 	assert.Zero(t, rec.count(EventRateLimited))
 }
 
-func TestServerQuotaBare429PausesOnlyWhenAsked(t *testing.T) {
-	up := sqNewStatusUpstream(http.Header{"Retry-After": {"30"}}, http.StatusTooManyRequests)
-	defer up.Close()
-	opts := sqOptions(&evRecorder{}, RateLimitOptions{})
-	opts.Retry.Disabled = true
-	h, err := NewHandler(opts)
-	require.NoError(t, err)
-	tr := h.Transport(&http.Transport{})
-	defer tr.CloseIdleConnections()
+// A bare 429 with Retry-After may be one request's, and a 503 with one is
+// an overloaded instance's: neither holds back the next call unless
+// PauseOn429 says so (for the 429 only).
+func TestServerQuotaBareRetryAfterDoesNotPauseOthers(t *testing.T) {
+	for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		t.Run(http.StatusText(status), func(t *testing.T) {
+			up := sqNewStatusUpstream(http.Header{"Retry-After": {"30"}}, status)
+			defer up.Close()
+			opts := sqOptions(&evRecorder{}, RateLimitOptions{})
+			opts.Retry.Disabled = true
+			h, err := NewHandler(opts)
+			require.NoError(t, err)
+			tr := h.Transport(&http.Transport{})
+			defer tr.CloseIdleConnections()
 
-	status, err := sqGet(context.Background(), tr, up.URL)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusTooManyRequests, status)
-	status, err = sqGet(context.Background(), tr, up.URL)
-	require.NoError(t, err, "a bare 429 may be one request's: the next call goes")
-	assert.Equal(t, http.StatusOK, status)
-	assert.False(t, h.shared.quota.active.Load())
-}
-
-func TestServerQuota503DoesNotPauseOthers(t *testing.T) {
-	up := sqNewStatusUpstream(http.Header{"Retry-After": {"30"}}, http.StatusServiceUnavailable)
-	defer up.Close()
-	opts := sqOptions(&evRecorder{}, RateLimitOptions{})
-	opts.Retry.Disabled = true
-	h, err := NewHandler(opts)
-	require.NoError(t, err)
-	tr := h.Transport(&http.Transport{})
-	defer tr.CloseIdleConnections()
-
-	status, err := sqGet(context.Background(), tr, up.URL)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusServiceUnavailable, status)
-	status, err = sqGet(context.Background(), tr, up.URL)
-	require.NoError(t, err)
-	assert.Equal(t, http.StatusOK, status)
-	assert.False(t, h.shared.quota.active.Load())
+			got, err := sqGet(context.Background(), tr, up.URL)
+			require.NoError(t, err)
+			require.Equal(t, status, got)
+			got, err = sqGet(context.Background(), tr, up.URL)
+			require.NoError(t, err, "the next call goes")
+			assert.Equal(t, http.StatusOK, got)
+			assert.False(t, h.shared.quota.active.Load())
+		})
+	}
 }
 
 func TestServerQuotaPerHost(t *testing.T) {
