@@ -89,14 +89,20 @@ func (m *Metrics) trace(e *resilience.Event, k setKey) {
 	case resilience.EventHedge:
 		parent.AddEvent("resilience.hedge", trace.WithAttributes(append(base[:],
 			keyDelay.Float64(e.Delay.Seconds()))...))
+	case resilience.EventHedgeCapped:
+		parent.AddEvent("resilience.hedge_capped", trace.WithAttributes(base[:]...))
 	case resilience.EventCall:
 		kv := append(base[:], keyOutcome.String(outcome(k, true)))
 		parent.AddEvent("resilience.call", trace.WithAttributes(appendResult(kv, k)...))
 	}
 }
 
-// appendResult adds the status code or the error type of k.
+// appendResult adds the status code or the error type of k, and the
+// endpoint of a routed attempt.
 func appendResult(kv []attribute.KeyValue, k setKey) []attribute.KeyValue {
+	if k.endpoint != "" {
+		kv = append(kv, keyEndpoint.String(k.endpoint))
+	}
 	if k.status != 0 {
 		kv = append(kv, keyStatus.Int(k.status))
 	}

@@ -133,3 +133,44 @@ func TestTracingAttemptEvents(t *testing.T) {
 	}
 	assert.Equal(t, []string{"resilience.attempt", "resilience.retry", "resilience.attempt", "resilience.retry", "resilience.attempt", "resilience.call"}, names)
 }
+
+// A routed attempt's span names the endpoint it went to: with failover
+// across two endpoints, the first attempt's span says the primary, the
+// retry's the secondary.
+func TestTracingAttemptSpanEndpoint(t *testing.T) {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
+	mp := sdkmetric.NewMeterProvider()
+	t.Cleanup(func() { require.NoError(t, mp.Shutdown(context.Background())) })
+	m, err := otelresilience.New(mp, otelresilience.WithTracerProvider(tp))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, m.Close()) })
+
+	primary, secondary := newUpstream(t, 503), newUpstream(t, 200)
+	h, err := resilience.NewHandler(m.Instrument(resilience.Options{
+		Name:    "ledger",
+		PerHost: resilience.PerHostOptions{Enabled: true},
+		Retry:   resilience.RetryOptions{Delay: time.Millisecond, NoJitter: true, IgnoreRetryAfter: true},
+		Hedging: resilience.HedgingOptions{Endpoints: []resilience.Endpoint{{URL: primary.URL}, {URL: secondary.URL}}},
+	}))
+	require.NoError(t, err)
+	tr := h.Transport(&http.Transport{})
+	t.Cleanup(tr.CloseIdleConnections)
+
+	ctx, caller := tp.Tracer("test").Start(context.Background(), "caller")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://ledger.invalid/", nil)
+	require.NoError(t, err)
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	caller.End()
+
+	var endpoints []any
+	for _, s := range sr.Ended() {
+		if s.Name() == "resilience.attempt" {
+			endpoints = append(endpoints, attrMap(s.Attributes())["resilience.endpoint"])
+		}
+	}
+	assert.Equal(t, []any{primary.URL, secondary.URL}, endpoints)
+}
