@@ -116,7 +116,7 @@ const mib = 1 << 20
 // experiment reports whether a group is not a time benchmark: its ns/op is
 // not per request, so it has no place in the ratios table.
 func experiment(name string) bool {
-	for _, p := range []string{"BenchmarkPutMemory", "BenchmarkFaults", "BenchmarkHerd", "BenchmarkHedging", "BenchmarkRetryBudget", "BenchmarkPacing"} {
+	for _, p := range []string{"BenchmarkPutMemory", "BenchmarkFaults", "BenchmarkHerd", "BenchmarkHedging", "BenchmarkRetryBudget", "BenchmarkPacing", "BenchmarkEndpointHedging"} {
 		if strings.HasPrefix(name, p) {
 			return true
 		}
