@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,38 +95,7 @@ func seeded(seed uint64, share float64) func() bool {
 func runEndpoints(t *resilience.Transport, run endpointRun, target string) (lat []time.Duration, failed int) {
 	c := &http.Client{Transport: t}
 	defer c.CloseIdleConnections()
-	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-	)
-	lat = make([]time.Duration, 0, run.calls)
-	for range run.workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				k := next.Add(1) - 1
-				if k >= int64(run.calls) {
-					return
-				}
-				req, err := http.NewRequest(http.MethodGet, target+"?k="+strconv.FormatInt(k, 10), nil)
-				if err != nil {
-					panic(err)
-				}
-				t0 := time.Now()
-				err = do(c, req)
-				d := time.Since(t0)
-				mu.Lock()
-				lat = append(lat, d)
-				if err != nil {
-					failed++
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	lat, failed = closedLoop(c, run.calls, run.workers, target)
 	slices.Sort(lat)
 	return lat, failed
 }

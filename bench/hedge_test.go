@@ -192,41 +192,10 @@ func runHedging(tb testing.TB, sched hedgeSchedule, p hedgePeer) hedgeResult {
 		tb.Fatalf("%s: %v", p.name, err)
 	}
 	c := &http.Client{Transport: t}
-	var (
-		next    atomic.Int64
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		res     hedgeResult
-		latency = make([]time.Duration, 0, hedgeRequests)
-		url     = up.srv.URL + "/search"
-		start   = time.Now()
-	)
-	for range hedgeConcurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				k := next.Add(1) - 1
-				if k >= hedgeRequests {
-					return
-				}
-				req, err := http.NewRequest(http.MethodGet, url+"?k="+strconv.FormatInt(k, 10), nil)
-				if err != nil {
-					panic(err)
-				}
-				t0 := time.Now()
-				err = do(c, req)
-				d := time.Since(t0)
-				mu.Lock()
-				latency = append(latency, d)
-				if err != nil {
-					res.failed++
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	var res hedgeResult
+	start := time.Now()
+	latency, failed := closedLoop(c, hedgeRequests, hedgeConcurrency, up.srv.URL+"/search")
+	res.failed += failed
 	res.wall = time.Since(start)
 	// Losers are cancelled and drained in the background: give the
 	// upstream's handlers up to 2 s to see them go before counting.
