@@ -195,12 +195,9 @@ func TestServerQuotaWaitRefusedPastDeadline(t *testing.T) {
 	defer up.Close()
 	opts := sqOptions(&evRecorder{}, RateLimitOptions{Wait: true})
 	opts.TotalTimeout, opts.AttemptTimeout = time.Second, time.Second
-	h, err := NewHandler(opts)
-	require.NoError(t, err)
-	tr := h.Transport(&http.Transport{})
-	defer tr.CloseIdleConnections()
+	_, tr := sqTransport(t, opts)
 
-	_, err = sqGet(context.Background(), tr, up.URL)
+	_, err := sqGet(context.Background(), tr, up.URL)
 	require.NoError(t, err)
 	start := time.Now()
 	_, err = sqGet(context.Background(), tr, up.URL)
@@ -239,10 +236,7 @@ func TestServerQuota429PausesOtherCalls(t *testing.T) {
 	rec := &evRecorder{}
 	opts := sqOptions(rec, RateLimitOptions{PauseOn429: true})
 	opts.Retry.Disabled = true
-	h, err := NewHandler(opts)
-	require.NoError(t, err)
-	tr := h.Transport(&http.Transport{})
-	defer tr.CloseIdleConnections()
+	_, tr := sqTransport(t, opts)
 
 	status, err := sqGet(context.Background(), tr, up.URL)
 	require.NoError(t, err)
@@ -268,10 +262,7 @@ func TestServerQuota429PauseWaited(t *testing.T) {
 	rec := &evRecorder{}
 	opts := sqOptions(rec, RateLimitOptions{Wait: true})
 	opts.Retry.Disabled = true
-	h, err := NewHandler(opts)
-	require.NoError(t, err)
-	tr := h.Transport(&http.Transport{})
-	defer tr.CloseIdleConnections()
+	_, tr := sqTransport(t, opts)
 
 	status, err := sqGet(context.Background(), tr, up.URL)
 	require.NoError(t, err)
@@ -292,10 +283,7 @@ func TestServerQuota429RetryKeepsItsRetryAfter(t *testing.T) {
 	rec := &evRecorder{}
 	opts := sqOptions(rec, RateLimitOptions{PauseOn429: true})
 	opts.Retry = RetryOptions{Delay: time.Millisecond}
-	h, err := NewHandler(opts)
-	require.NoError(t, err)
-	tr := h.Transport(&http.Transport{})
-	defer tr.CloseIdleConnections()
+	_, tr := sqTransport(t, opts)
 
 	status, err := sqGet(context.Background(), tr, up.URL)
 	require.NoError(t, err)
@@ -317,10 +305,7 @@ func TestServerQuotaBareRetryAfterDoesNotPauseOthers(t *testing.T) {
 			defer up.Close()
 			opts := sqOptions(&evRecorder{}, RateLimitOptions{})
 			opts.Retry.Disabled = true
-			h, err := NewHandler(opts)
-			require.NoError(t, err)
-			tr := h.Transport(&http.Transport{})
-			defer tr.CloseIdleConnections()
+			h, tr := sqTransport(t, opts)
 
 			got, err := sqGet(context.Background(), tr, up.URL)
 			require.NoError(t, err)
@@ -341,10 +326,7 @@ func TestServerQuotaPerHost(t *testing.T) {
 	opts := sqOptions(&evRecorder{}, RateLimitOptions{PauseOn429: true})
 	opts.Retry.Disabled = true
 	opts.PerHost.Enabled = true
-	h, err := NewHandler(opts)
-	require.NoError(t, err)
-	tr := h.Transport(&http.Transport{})
-	defer tr.CloseIdleConnections()
+	_, tr := sqTransport(t, opts)
 
 	status, err := sqGet(context.Background(), tr, spent.URL)
 	require.NoError(t, err)
@@ -377,12 +359,9 @@ func TestServerQuotaClampsHostileValues(t *testing.T) {
 			defer up.Close()
 			opts := sqOptions(&evRecorder{}, RateLimitOptions{PauseOn429: true})
 			opts.Retry.Disabled = true
-			h, err := NewHandler(opts)
-			require.NoError(t, err)
-			tr := h.Transport(&http.Transport{})
-			defer tr.CloseIdleConnections()
+			h, tr := sqTransport(t, opts)
 
-			_, err = sqGet(context.Background(), tr, up.URL)
+			_, err := sqGet(context.Background(), tr, up.URL)
 			require.NoError(t, err)
 			_, err = sqGet(context.Background(), tr, up.URL)
 			var rle *RateLimitError
@@ -413,10 +392,7 @@ func TestServerQuotaWithoutHeadersChangesNothing(t *testing.T) {
 	rec := &evRecorder{}
 	opts := sqOptions(rec, RateLimitOptions{})
 	opts.Retry.Disabled = true
-	h, err := NewHandler(opts)
-	require.NoError(t, err)
-	tr := h.Transport(&http.Transport{})
-	defer tr.CloseIdleConnections()
+	h, tr := sqTransport(t, opts)
 
 	for i := 0; i < 10; i++ {
 		_, err := sqGet(context.Background(), tr, up.URL)
@@ -550,4 +526,15 @@ func TestServerQuotaWindowModel(t *testing.T) {
 	assert.Equal(t, 2*time.Second, q.take(at(10*time.Second)))
 	q.pauseFor(at(10*time.Second), time.Second) // a shorter one does not shorten it
 	assert.Equal(t, time.Second, q.take(at(11*time.Second)))
+}
+
+// sqTransport returns a handler with opts and its transport over a fresh
+// http.Transport, whose idle connections close when the test ends.
+func sqTransport(t *testing.T, opts Options) (*Handler, http.RoundTripper) {
+	t.Helper()
+	h, err := NewHandler(opts)
+	require.NoError(t, err)
+	tr := h.Transport(&http.Transport{})
+	t.Cleanup(tr.CloseIdleConnections)
+	return h, tr
 }
