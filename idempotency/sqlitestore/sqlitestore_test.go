@@ -4,14 +4,13 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/resilienthttp/resilience/idempotency"
 	"github.com/resilienthttp/resilience/idempotency/sqlitestore"
+	"github.com/resilienthttp/resilience/idempotency/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -27,34 +26,7 @@ func TestClaimStates(t *testing.T) {
 	require.NoError(t, err)
 	_, err = sqlitestore.New(ctx, db) // idempotent
 	require.NoError(t, err)
-	assert.Nil(t, sqlitestore.Tx(ctx))
-
-	req := idempotency.ClaimRequest{Key: idempotency.Key{Principal: "p", Operation: "POST /x", Key: "k"}, Digest: idempotency.Digest{1}, Lease: time.Minute, TTL: time.Hour}
-	c, err := s.Claim(ctx, req)
-	require.NoError(t, err)
-	require.Equal(t, idempotency.Owned, c.State)
-	assert.NotNil(t, sqlitestore.Tx(c.Txn.Context(ctx)))
-
-	again, err := s.Claim(ctx, req)
-	require.NoError(t, err)
-	assert.Equal(t, idempotency.InProgress, again.State)
-	assert.Equal(t, req.Digest, again.Digest)
-	assert.InDelta(t, time.Minute, again.LeaseLeft, float64(time.Second))
-
-	require.NoError(t, c.Txn.Abort(ctx))
-	c, err = s.Claim(ctx, req)
-	require.NoError(t, err)
-	require.Equal(t, idempotency.Owned, c.State, "released by the abort")
-	require.NoError(t, c.Txn.Commit(ctx, &idempotency.Response{Status: 201, Body: []byte("made")}))
-
-	other := req
-	other.Digest = idempotency.Digest{2}
-	done, err := s.Claim(ctx, other)
-	require.NoError(t, err)
-	assert.Equal(t, idempotency.Completed, done.State)
-	assert.Equal(t, req.Digest, done.Digest, "the recorded digest, for the caller to compare")
-	assert.Equal(t, 201, done.Response.Status)
-	assert.Equal(t, "made", string(done.Response.Body))
+	storetest.Run(t, s, func(ctx context.Context) bool { return sqlitestore.Tx(ctx) != nil })
 
 	n, err := s.Sweep(ctx, 10)
 	require.NoError(t, err)
