@@ -131,15 +131,32 @@ func (q *serverQuota) pauseFor(now time.Time, d time.Duration) {
 // most.
 func (q *serverQuota) observe(resp *http.Response, sentAt, now time.Time, most time.Duration, anyTooMany bool) {
 	r, announced := readServerQuota(resp.Header, now)
+	var pause time.Duration
 	if resp.StatusCode == http.StatusTooManyRequests && (announced || anyTooMany) {
 		if d, ok := retryAfter(resp, now); ok && d > 0 {
-			q.pauseFor(now, min(d, most))
+			pause = min(d, most)
+			q.pauseFor(now, pause)
 		}
 	}
-	if announced {
-		q.update(r, sentAt, now, most)
-	} else {
+	if !announced {
 		q.sending.Add(-1)
+		return
+	}
+	q.update(r, sentAt, now, most)
+	if pause > 0 {
+		q.yield(now.Add(pause))
+	}
+}
+
+// yield ends the current window at until, the end of a 429's Retry-After,
+// when it would otherwise end later with nothing left: the draft gives
+// Retry-After precedence over the reset the same answer announces. The
+// window that starts then is a prediction, which the next answer corrects.
+func (q *serverQuota) yield(until time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.remaining <= 0 && q.resetAt.After(until) {
+		q.resetAt, q.predicted = until, true
 	}
 }
 

@@ -538,3 +538,44 @@ func sqTransport(t *testing.T, opts Options) (*Handler, http.RoundTripper) {
 	t.Cleanup(tr.CloseIdleConnections)
 	return h, tr
 }
+
+// A 429's Retry-After takes precedence over the reset of the quota it
+// announces (the README's rule): with Retry-After: 1 and a reset 4 s away,
+// calls go again after 1 s, and the next answer says what is left.
+func TestServerQuotaRetryAfterWinsOverReset(t *testing.T) {
+	var q serverQuota
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	resp := &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{
+		"Retry-After": {"1"},
+		"Ratelimit":   {`"default";r=0;t=4`},
+	}}
+	q.sending.Add(1)
+	q.observe(resp, t0, t0, time.Minute, false)
+	assert.Equal(t, 500*time.Millisecond, q.take(t0.Add(500*time.Millisecond)), "paused until the Retry-After")
+	assert.Zero(t, q.take(t0.Add(time.Second)), "Retry-After has passed: the call goes, not 3 s later at the reset")
+
+	// Without a 429, the same reset is waited for.
+	var q2 serverQuota
+	q2.sending.Add(1)
+	q2.observe(&http.Response{StatusCode: http.StatusOK, Header: http.Header{"Ratelimit": {`"default";r=0;t=4`}}}, t0, t0, time.Minute, false)
+	assert.Equal(t, 3*time.Second, q2.take(t0.Add(time.Second)))
+}
+
+func TestServerQuotaRetryAfterWinsOverResetWaited(t *testing.T) {
+	up := sqNewStatusUpstream(http.Header{"Retry-After": {"1"}, "Ratelimit": {`"default";r=0;t=4`}}, http.StatusTooManyRequests)
+	defer up.Close()
+	rec := &evRecorder{}
+	opts := sqOptions(rec, RateLimitOptions{Wait: true})
+	opts.Retry.Disabled = true
+	_, tr := sqTransport(t, opts)
+
+	status, err := sqGet(context.Background(), tr, up.URL)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusTooManyRequests, status)
+	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+	defer cancel()
+	status, err = sqGet(ctx, tr, up.URL)
+	require.NoError(t, err, "sent once the Retry-After of 1 s passed, before the reset 4 s away")
+	assert.Equal(t, http.StatusOK, status)
+	assert.EqualValues(t, 2, up.hits.Load())
+}
