@@ -13,9 +13,12 @@ import (
 // caller's Report, if it asked for one.
 func (c *call) ended(start time.Time, resp *http.Response, err error) {
 	if c.wantsReport() {
+		// One Report covers every RoundTrip made with its context (each hop
+		// of the redirects http.Client follows): counts add up, and the
+		// fields that name something name this hop's, the last one.
 		r := c.over.report
-		r.Attempts = c.attempts
-		if r.Endpoint == "" { // set by routeEnded for a call routed by Hedging.Endpoints
+		r.Attempts += c.attempts
+		if c.cfg.route == nil || c.attempts == 0 { // else routeEnded named the answering endpoint
 			r.Endpoint = keyOf(c.req.URL).String()
 		}
 		if c.keyed {

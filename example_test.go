@@ -504,8 +504,8 @@ func ExampleWithReport() {
 		panic(err)
 	}
 	resp.Body.Close()
-	fmt.Println("status:", resp.StatusCode, "attempts:", report.Attempts, "waited:", report.Waited, "budget refused:", report.BudgetRefused)
-	// Output: status: 200 attempts: 3 waited: 20ms budget refused: false
+	fmt.Println("status:", resp.StatusCode, "attempts:", report.Attempts, "waited 20ms or more:", report.Waited >= 20*time.Millisecond, "budget refused:", report.BudgetRefused)
+	// Output: status: 200 attempts: 3 waited 20ms or more: true budget refused: false
 }
 
 // Hedging across endpoints: the primary replica is stuck, so the hedge goes

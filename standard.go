@@ -154,7 +154,12 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		if resp != nil {
 			kept = c.discard(resp)
 		}
-		if err := c.sleepUntil(wakeAt); err != nil {
+		sleptAt := time.Now()
+		err = c.sleepUntil(wakeAt)
+		if c.wantsReport() {
+			c.over.report.Waited += time.Since(sleptAt) // what was waited, even if cut short
+		}
+		if err != nil {
 			return nil, c.errorf(nil, err, "waiting to retry")
 		}
 		// Claim a token now: the retries sent while this call waited may have
