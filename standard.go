@@ -155,12 +155,12 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 			kept = c.discard(resp)
 		}
 		sleptAt := time.Now()
-		err = c.sleepUntil(wakeAt)
+		left := c.sleepUntil(wakeAt)
 		if c.wantsReport() {
 			c.over.report.Waited += time.Since(sleptAt) // what was waited, even if cut short
 		}
-		if err != nil {
-			return nil, c.errorf(nil, err, "waiting to retry")
+		if left != nil {
+			return nil, c.errorf(nil, left, "waiting to retry")
 		}
 		// Claim a token now: the retries sent while this call waited may have
 		// failed and emptied the budget. Asked only before the wait, every
