@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -186,9 +187,9 @@ func TestAdmissionQueueBoundedByTotalTimeout(t *testing.T) {
 	tr := h.Transport(&http.Transport{})
 	defer tr.CloseIdleConnections()
 
-	// The first call's body stays open, so its permit is never given back
-	// while the second waits.
-	req, err := http.NewRequest(http.MethodGet, up.URL, nil)
+	// The first call's body stays open, and its own total timeout is
+	// longer, so its permit is not given back while the second waits.
+	req, err := http.NewRequestWithContext(WithTotalTimeout(context.Background(), 10*time.Second), http.MethodGet, up.URL, nil)
 	require.NoError(t, err)
 	held, err := tr.RoundTrip(req)
 	require.NoError(t, err)
@@ -349,4 +350,49 @@ func TestAdmissionPermitHeldUntilBodyDone(t *testing.T) {
 	})
 	assert.EqualValues(t, 3, rec.count(EventRateLimited))
 	assert.Zero(t, admHeldPermits(h), "every closed body gave its permit back")
+}
+
+// Issue 18, item 5: a body the caller never reads nor closes gives its
+// concurrency permit back when the total timeout ends the call, as
+// http.Client releases what a call holds when its Timeout fires: five such
+// calls no longer lock every later call out for the life of the process.
+func TestAdmissionPermitReleasedWhenTotalTimeoutEndsAnUnreadBody(t *testing.T) {
+	up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		_, _ = io.WriteString(w, strings.Repeat("x", 64<<10))
+	})
+	rec := &evRecorder{}
+	tr, err := NewTransport(&http.Transport{}, Options{
+		TotalTimeout:   200 * time.Millisecond,
+		AttemptTimeout: 100 * time.Millisecond,
+		RateLimit:      RateLimitOptions{MaxConcurrent: 5},
+		OnEvent:        rec.add,
+	})
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+
+	var left []*http.Response
+	defer func() {
+		for _, resp := range left {
+			resp.Body.Close()
+		}
+	}()
+	for i := 0; i < 5; i++ {
+		resp, err := tr.RoundTrip(newTestRequest(t, context.Background(), http.MethodGet, up.URL(), nil))
+		require.NoError(t, err)
+		left = append(left, resp) // neither read nor closed
+	}
+	_, err = tr.RoundTrip(newTestRequest(t, context.Background(), http.MethodGet, up.URL(), nil))
+	require.ErrorIs(t, err, ErrRateLimited, "five calls in flight")
+
+	require.Eventually(t, func() bool { return rec.count(EventTotalTimeout) == 5 }, 5*time.Second, 10*time.Millisecond,
+		"each call's total timeout ends it and says so")
+	resp, err := tr.RoundTrip(newTestRequest(t, context.Background(), http.MethodGet, up.URL(), nil))
+	require.NoError(t, err, "the permits came back when the total timeouts fired")
+	assert.Len(t, readBody(t, resp), 64<<10)
+
+	// The bodies left alone now fail with the total timeout, and closing
+	// them gives nothing back twice.
+	_, err = io.ReadAll(left[0].Body)
+	require.ErrorIs(t, err, ErrTotalTimeout)
+	assert.Equal(t, 5, rec.count(EventTotalTimeout), "reported once per call")
 }

@@ -132,8 +132,12 @@ func (c *call) fire() {
 		return
 	}
 	c.fired, c.armedCause = cause, nil
+	expire := cause == ErrTotalTimeout && c.delivered
 	c.mu.Unlock()
 	cancel(cause)
+	if expire {
+		c.expire()
+	}
 }
 
 // deadline is when the call must be over: the earlier of the total

@@ -11,10 +11,11 @@ import (
 // delivery is the state of the response handed to the caller, whose body is
 // the call itself: the end of the body ends the call.
 type delivery struct {
-	done     bool          // the call has ended; guarded by mu
-	reported bool          // the total timeout while reading the body was emitted; guarded by mu
-	rcClosed atomic.Bool   // rc has been closed
-	rc       io.ReadCloser // the returned response's body
+	done      bool          // the call has ended; guarded by mu
+	reported  bool          // the total timeout while reading the body was emitted; guarded by mu
+	delivered bool          // the body is the caller's, so the total timeout ends the call; guarded by mu
+	rcClosed  atomic.Bool   // rc has been closed
+	rc        io.ReadCloser // the returned response's body
 }
 
 // errDrainTimeout cuts short the draining of a retried response.
@@ -68,7 +69,30 @@ func (c *call) deliver(resp *http.Response) {
 			c.rc = c.keeping(resp) // fallback.go
 		}
 		resp.Body = c
+		c.mu.Lock()
+		c.delivered = true
+		late := c.fired == ErrTotalTimeout
+		c.mu.Unlock()
+		if late { // the total timeout fired between the headers and now
+			c.expire()
+		}
 	}
+}
+
+// expire ends a call whose body the caller holds when the total timeout
+// fires, whatever the caller does with the body: its permit goes back, as
+// http.Client gives back what a call holds when its Timeout fires, and a
+// body never read nor closed cannot keep it for ever. The body then fails
+// with ErrTotalTimeout; closing it is still the caller's to do.
+func (c *call) expire() {
+	c.mu.Lock()
+	first := !c.reported && !c.done
+	c.reported = true
+	c.mu.Unlock()
+	if first {
+		c.emit(Event{Kind: EventTotalTimeout, Err: ErrTotalTimeout})
+	}
+	c.finish()
 }
 
 // Read reads the response body, ending the call at EOF or on an error.

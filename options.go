@@ -107,7 +107,9 @@ type Options struct {
 }
 
 // RateLimitOptions configures admission control, the outermost layer. A
-// call holds its permit until the response body is closed or read to EOF.
+// call holds its permit until the response body is closed or read to EOF,
+// or until the total timeout ends the call: a body the caller forgets
+// holds its permit no longer than TotalTimeout (for ever if it is off).
 type RateLimitOptions struct {
 	// Disabled switches admission control off.
 	Disabled bool
