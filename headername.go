@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"net/http"
+	"net/textproto"
 	"slices"
 	"strings"
 )
@@ -47,4 +48,25 @@ func hasHeader(h http.Header, name string) bool {
 		}
 	}
 	return false
+}
+
+// canonicalHeader returns h when every name in it is canonical, as in
+// every header net/http's Transport reads, and otherwise a copy whose
+// names are, the values of a name's spellings merged in the order
+// headerValues gives: for a base RoundTripper of another kind, whose
+// response may say "ratelimit". It allocates only then.
+func canonicalHeader(h http.Header) http.Header {
+	for k := range h {
+		if textproto.CanonicalMIMEHeaderKey(k) != k {
+			out := make(http.Header, len(h))
+			for k := range h {
+				ck := textproto.CanonicalMIMEHeaderKey(k)
+				if _, done := out[ck]; !done {
+					out[ck] = headerValues(h, ck)
+				}
+			}
+			return out
+		}
+	}
+	return h
 }

@@ -48,9 +48,9 @@ func retryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
 	if resp == nil || (resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable) {
 		return 0, false
 	}
-	v := resp.Header.Get("Retry-After")
-	if v == "" {
+	vs := headerValues(resp.Header, "Retry-After") // a base RoundTripper may not canonicalize
+	if len(vs) == 0 || vs[0] == "" {
 		return 0, false
 	}
-	return ParseRetryAfter(v, now)
+	return ParseRetryAfter(vs[0], now)
 }

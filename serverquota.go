@@ -124,13 +124,14 @@ func (q *serverQuota) pauseFor(now time.Time, d time.Duration) {
 }
 
 // observe reads what resp, the answer at now to an attempt sent at sentAt
-// (zero if the quota was not followed yet), says of the quota. A 429's
+// (zero if the quota was not followed yet), says of the quota; h is its
+// header with canonical names. A 429's
 // Retry-After pauses every call when the response announces a quota too
 // (the draft gives Retry-After precedence over its reset), or when any 429
 // does (RateLimitOptions.PauseOn429). No pause or reset is kept longer than
 // most.
-func (q *serverQuota) observe(resp *http.Response, sentAt, now time.Time, most time.Duration, anyTooMany bool) {
-	r, announced := readServerQuota(resp.Header, now)
+func (q *serverQuota) observe(resp *http.Response, h http.Header, sentAt, now time.Time, most time.Duration, anyTooMany bool) {
+	r, announced := readServerQuota(h, now)
 	var pause time.Duration
 	if resp.StatusCode == http.StatusTooManyRequests && (announced || anyTooMany) {
 		if d, ok := retryAfter(resp, now); ok && d > 0 {
@@ -281,9 +282,15 @@ func (c *call) attemptAnswered(sentAt time.Time, resp *http.Response) {
 		return
 	}
 	q := &c.s.quota
-	if resp != nil && (resp.StatusCode == http.StatusTooManyRequests || hasQuotaHeaders(resp.Header)) {
-		q.observe(resp, sentAt, time.Now(), c.maxServerWait(), c.cfg.RateLimit.PauseOn429)
-		return
+	if resp != nil {
+		h := resp.Header
+		if _, ok := c.base.(*http.Transport); !ok {
+			h = canonicalHeader(h) // net/http's canonicalizes what it reads; another may not
+		}
+		if resp.StatusCode == http.StatusTooManyRequests || hasQuotaHeaders(h) {
+			q.observe(resp, h, sentAt, time.Now(), c.maxServerWait(), c.cfg.RateLimit.PauseOn429)
+			return
+		}
 	}
 	q.sending.Add(-1)
 }

@@ -550,14 +550,15 @@ func TestServerQuotaRetryAfterWinsOverReset(t *testing.T) {
 		"Ratelimit":   {`"default";r=0;t=4`},
 	}}
 	q.sending.Add(1)
-	q.observe(resp, t0, t0, time.Minute, false)
+	q.observe(resp, resp.Header, t0, t0, time.Minute, false)
 	assert.Equal(t, 500*time.Millisecond, q.take(t0.Add(500*time.Millisecond)), "paused until the Retry-After")
 	assert.Zero(t, q.take(t0.Add(time.Second)), "Retry-After has passed: the call goes, not 3 s later at the reset")
 
 	// Without a 429, the same reset is waited for.
 	var q2 serverQuota
 	q2.sending.Add(1)
-	q2.observe(&http.Response{StatusCode: http.StatusOK, Header: http.Header{"Ratelimit": {`"default";r=0;t=4`}}}, t0, t0, time.Minute, false)
+	ok := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Ratelimit": {`"default";r=0;t=4`}}}
+	q2.observe(ok, ok.Header, t0, t0, time.Minute, false)
 	assert.Equal(t, 3*time.Second, q2.take(t0.Add(time.Second)))
 }
 
@@ -578,4 +579,47 @@ func TestServerQuotaRetryAfterWinsOverResetWaited(t *testing.T) {
 	require.NoError(t, err, "sent once the Retry-After of 1 s passed, before the reset 4 s away")
 	assert.Equal(t, http.StatusOK, status)
 	assert.EqualValues(t, 2, up.hits.Load())
+}
+
+// lowerCaseHeaders is a base RoundTripper of another kind than net/http's:
+// the responses it hands back name their fields in lower case, as they
+// came on the wire.
+type lowerCaseHeaders struct{ base http.RoundTripper }
+
+func (l lowerCaseHeaders) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := l.base.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	h := make(http.Header, len(resp.Header))
+	for k, v := range resp.Header {
+		h[strings.ToLower(k)] = v
+	}
+	resp.Header = h
+	return resp, nil
+}
+
+// Issue 18, item 2: the quota and the Retry-After of a response are read
+// whatever the case of their names.
+func TestServerQuotaReadsNonCanonicalNames(t *testing.T) {
+	up := sqNewStatusUpstream(http.Header{"Retry-After": {"1"}, "Ratelimit": {`"default";r=0;t=4`}}, http.StatusTooManyRequests)
+	defer up.Close()
+	rec := &evRecorder{}
+	opts := sqOptions(rec, RateLimitOptions{})
+	opts.Retry.Disabled = true
+	h, err := NewHandler(opts)
+	require.NoError(t, err)
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	tr := h.Transport(lowerCaseHeaders{base})
+
+	status, err := sqGet(context.Background(), tr, up.URL)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusTooManyRequests, status)
+	_, err = sqGet(context.Background(), tr, up.URL)
+	require.ErrorIs(t, err, ErrRateLimited, "the pause that \"retry-after\" and \"ratelimit\" asked for")
+	var rle *RateLimitError
+	require.ErrorAs(t, err, &rle)
+	assert.Equal(t, "server", rle.Limit)
+	assert.EqualValues(t, 1, up.hits.Load())
 }
