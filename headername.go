@@ -1,0 +1,50 @@
+package resilience
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// Header names are case-insensitive (RFC 9110 section 5.1), but
+// http.Header's methods look up only the canonical form: a caller that
+// writes req.Header["authorization"] sends the field, and Header.Get
+// ("Authorization") does not see it. Every decision that depends on a
+// header, a request's or an upstream's, looks it up here instead.
+
+// headerValues returns the values of every field of h named name, compared
+// case-insensitively: those of the canonical key first, then those of the
+// other spellings, in the order of their keys. It allocates only when more
+// than one spelling is present. The result must not be modified.
+func headerValues(h http.Header, name string) []string {
+	vs := h[name]
+	var others []string // the other spellings present, if any
+	for k := range h {
+		if len(k) == len(name) && k != name && strings.EqualFold(k, name) {
+			others = append(others, k)
+		}
+	}
+	if others == nil {
+		return vs
+	}
+	slices.Sort(others)
+	out := slices.Clip(vs)
+	for _, k := range others {
+		out = append(out, h[k]...)
+	}
+	return out
+}
+
+// hasHeader reports whether h has a field named name, compared
+// case-insensitively, with at least one value.
+func hasHeader(h http.Header, name string) bool {
+	if len(h[name]) > 0 {
+		return true
+	}
+	for k, vs := range h {
+		if len(vs) > 0 && len(k) == len(name) && strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
+}
