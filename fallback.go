@@ -177,15 +177,16 @@ func (h *Handler) fallbackNow() time.Time {
 	return time.Now()
 }
 
-// credentialed reports whether req carries credentials.
+// credentialed reports whether req carries credentials: an Authorization
+// or Cookie field, whatever the case of its name.
 func credentialed(req *http.Request) bool {
-	return req.Header.Get("Authorization") != "" || req.Header.Get("Cookie") != ""
+	return hasHeader(req.Header, "Authorization") || hasHeader(req.Header, "Cookie")
 }
 
 // cacheDirective reports whether a Cache-Control header of h holds the
 // directive name, and its argument.
 func cacheDirective(h http.Header, name string) (string, bool) {
-	for _, line := range h.Values("Cache-Control") {
+	for _, line := range headerValues(h, "Cache-Control") {
 		for _, d := range strings.Split(line, ",") {
 			d = strings.TrimSpace(d)
 			k, v, _ := strings.Cut(d, "=")
@@ -215,7 +216,7 @@ func fallbackKey(cfg *config, req *http.Request) string {
 		}
 		sum := sha256.New()
 		for _, name := range []string{"Authorization", "Cookie"} {
-			for _, v := range req.Header.Values(name) {
+			for _, v := range headerValues(req.Header, name) {
 				sum.Write([]byte(name + ":" + v + "\n"))
 			}
 		}
@@ -231,7 +232,7 @@ func variantKey(key string, req *http.Request, names []string) string {
 	b.WriteString(key)
 	b.WriteString("\x00vary")
 	for _, n := range names {
-		b.WriteString("\x00" + n + "=" + strings.Join(req.Header.Values(n), ","))
+		b.WriteString("\x00" + n + "=" + strings.Join(headerValues(req.Header, n), ","))
 	}
 	return b.String()
 }
@@ -240,7 +241,7 @@ func variantKey(key string, req *http.Request, names []string) string {
 // sorted, and false for Vary: *.
 func varyNames(resp *http.Response) ([]string, bool) {
 	var names []string
-	for _, line := range resp.Header.Values("Vary") {
+	for _, line := range headerValues(resp.Header, "Vary") {
 		for _, n := range strings.Split(line, ",") {
 			n = strings.TrimSpace(n)
 			if n == "*" {
@@ -276,7 +277,7 @@ func (c *call) keeping(resp *http.Response) io.ReadCloser {
 			return resp.Body
 		}
 	}
-	if resp.Header.Get("Set-Cookie") != "" {
+	if hasHeader(resp.Header, "Set-Cookie") {
 		return resp.Body
 	}
 	vary, ok := varyNames(resp)
@@ -409,7 +410,7 @@ func (c *call) stale() (*http.Response, error) {
 		return nil, ErrFallbackNone
 	}
 	age := max(0, c.h.fallbackNow().Sub(e.Stored)) // a clock stepped back makes it fresh, not negative
-	if s, err := strconv.ParseInt(strings.TrimSpace(e.Header.Get("Age")), 10, 64); err == nil && s > 0 {
+	if s, err := strconv.ParseInt(strings.TrimSpace(firstValue(e.Header, "Age")), 10, 64); err == nil && s > 0 {
 		age += time.Duration(min(s, 1<<32)) * time.Second
 	}
 	bound := c.cfg.Fallback.MaxStale
@@ -421,7 +422,7 @@ func (c *call) stale() (*http.Response, error) {
 	if age > bound {
 		return nil, ErrFallbackTooStale
 	}
-	h := e.Header.Clone()
+	h := canonicalClone(e.Header) // the label and Age replace any spelling of theirs
 	h.Set(c.cfg.Fallback.Header, "stale")
 	h.Set("Age", strconv.FormatInt(int64(age/time.Second), 10))
 	resp := &http.Response{
@@ -439,6 +440,21 @@ func (c *call) stale() (*http.Response, error) {
 		resp.Body = io.NopCloser(bytes.NewReader(e.Body))
 	}
 	return resp, nil
+}
+
+// canonicalClone returns a copy of h with every name in canonical form, the
+// values of the spellings of one name together, so that Set replaces them
+// all. A header from a store or a RoundTripper other than net/http's may
+// hold names in any case.
+func canonicalClone(h http.Header) http.Header {
+	out := make(http.Header, len(h))
+	for k := range h {
+		ck := http.CanonicalHeaderKey(k)
+		if _, done := out[ck]; !done {
+			out[ck] = slices.Clone(headerValues(h, ck))
+		}
+	}
+	return out
 }
 
 // stringField decodes a JSON string.
@@ -464,4 +480,13 @@ var fallbackFields = fieldSet[FallbackOptions]{
 	"header":            stringField(func(o *FallbackOptions) *string { return &o.Header }),
 	"onTransient":       boolField(func(o *FallbackOptions) *bool { return &o.OnTransient }),
 	"shareCredentialed": boolField(func(o *FallbackOptions) *bool { return &o.ShareCredentialed }),
+}
+
+// firstValue returns the first value of h's field name, whatever the case
+// of its name, or "".
+func firstValue(h http.Header, name string) string {
+	if vs := headerValues(h, name); len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
 }

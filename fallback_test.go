@@ -629,3 +629,152 @@ func TestFallbackAfterBudgetRefusedTheWaitedRetry(t *testing.T) {
 	assert.Equal(t, "stale", got.resp.Header.Get("X-Resilience-Fallback"))
 	assert.Equal(t, "fresh /a", readBody(t, got.resp))
 }
+
+// doHeader sends a request for path with exactly the header given, its
+// names as written (not canonicalized), and returns the response with its
+// body read, or the error.
+func (fx *fallbackFixture) doHeader(t *testing.T, path string, h http.Header) (*http.Response, string, error) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, fx.srv.URL+path, nil)
+	require.NoError(t, err)
+	req.Header = h
+	resp, err := fx.client.Do(req)
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, string(b), nil
+}
+
+// Credentials under a header name that is not canonical reach the wire,
+// and count as credentials.
+func TestFallbackNonCanonicalCredentials(t *testing.T) {
+	for _, name := range []string{"authorization", "AUTHORIZATION", "cookie", "COOKIE"} {
+		t.Run(name, func(t *testing.T) {
+			fx := newFallbackFixture(t, FallbackOptions{})
+			_, _, err := fx.doHeader(t, "/c", http.Header{name: {"alice"}})
+			require.NoError(t, err)
+			fx.h.IsolateCircuit()
+			_, _, err = fx.doHeader(t, "/c", http.Header{name: {"alice"}})
+			refused(t, err, ErrFallbackIneligible)
+			_, body, err := fx.do(t, "GET", "/c")
+			refused(t, err, ErrFallbackNone)
+			assert.Empty(t, body)
+		})
+	}
+	t.Run("ShareCredentialed", func(t *testing.T) {
+		fx := newFallbackFixture(t, FallbackOptions{ShareCredentialed: true})
+		_, _, err := fx.doHeader(t, "/c", http.Header{"authorization": {"Bearer alice"}})
+		require.NoError(t, err)
+		fx.h.IsolateCircuit()
+		_, _, err = fx.do(t, "GET", "/c")
+		refused(t, err, ErrFallbackNone)
+		_, _, err = fx.do(t, "GET", "/c", "Authorization:Bearer bob")
+		refused(t, err, ErrFallbackNone)
+		_, body, err := fx.do(t, "GET", "/c", "Authorization:Bearer alice")
+		require.NoError(t, err, "the same credentials, whatever the spelling of their name")
+		assert.Equal(t, "body of /c for Bearer alice", body)
+	})
+}
+
+// A request header named by the response's Vary counts whatever the case
+// of its name.
+func TestFallbackVaryNonCanonical(t *testing.T) {
+	fx := newFallbackFixture(t, FallbackOptions{})
+	path := "/v?h=Vary:X-Tenant"
+	_, _, err := fx.doHeader(t, path, http.Header{"x-tenant": {"a"}})
+	require.NoError(t, err)
+	fx.h.IsolateCircuit()
+	_, _, err = fx.do(t, "GET", path)
+	refused(t, err, ErrFallbackNone)
+	_, _, err = fx.do(t, "GET", path, "X-Tenant:b")
+	refused(t, err, ErrFallbackNone)
+	_, _, err = fx.do(t, "GET", path, "X-Tenant:a")
+	require.NoError(t, err)
+	_, _, err = fx.doHeader(t, path, http.Header{"X-TENANT": {"a"}})
+	require.NoError(t, err)
+}
+
+// headerTransport answers every request with a 200, the header given (its
+// names as written) and a short body, as a RoundTripper other than
+// net/http's may.
+type headerTransport struct{ h http.Header }
+
+func (t headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	const body = "kept?"
+	return &http.Response{StatusCode: 200, Header: t.h.Clone(), Body: io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)), Request: req}, nil
+}
+
+// A response's header names are compared case-insensitively too, and so
+// are a request's Cache-Control.
+func TestFallbackNonCanonicalResponseHeaders(t *testing.T) {
+	for name, h := range map[string]http.Header{
+		"cache-control no-store":           {"cache-control": {"no-store"}},
+		"CACHE-CONTROL private":            {"CACHE-CONTROL": {"private"}},
+		"set-cookie":                       {"set-cookie": {"s=1"}},
+		"vary *":                           {"vary": {"*"}},
+		"canonical no-store after another": {"Cache-Control": {"max-age=60"}, "cache-control": {"no-store"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h2, err := NewHandler(Options{Fallback: FallbackOptions{Enabled: true}, Retry: RetryOptions{Disabled: true}})
+			require.NoError(t, err)
+			c := &http.Client{Transport: h2.Transport(headerTransport{h})}
+			resp, err := c.Get("http://upstream.test/r")
+			require.NoError(t, err)
+			readBody(t, resp)
+			h2.IsolateCircuit()
+			_, err = c.Get("http://upstream.test/r")
+			refused(t, err, ErrFallbackNone)
+		})
+	}
+	t.Run("vary on a request header", func(t *testing.T) {
+		h2, err := NewHandler(Options{Fallback: FallbackOptions{Enabled: true}, Retry: RetryOptions{Disabled: true}})
+		require.NoError(t, err)
+		c := &http.Client{Transport: h2.Transport(headerTransport{http.Header{"vary": {"x-tenant"}}})}
+		req, _ := http.NewRequest("GET", "http://upstream.test/r", nil)
+		req.Header["x-tenant"] = []string{"a"}
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		readBody(t, resp)
+		h2.IsolateCircuit()
+		_, err = c.Get("http://upstream.test/r")
+		refused(t, err, ErrFallbackNone)
+	})
+	t.Run("request cache-control", func(t *testing.T) {
+		h2, err := NewHandler(Options{Fallback: FallbackOptions{Enabled: true}, Retry: RetryOptions{Disabled: true}})
+		require.NoError(t, err)
+		c := &http.Client{Transport: h2.Transport(headerTransport{http.Header{}})}
+		req, _ := http.NewRequest("GET", "http://upstream.test/r", nil)
+		req.Header["cache-control"] = []string{"no-store"}
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		readBody(t, resp)
+		h2.IsolateCircuit()
+		_, err = c.Get("http://upstream.test/r")
+		refused(t, err, ErrFallbackNone)
+	})
+}
+
+// A store may hold a header whose names are not canonical: its Age counts,
+// and the label and the Age served replace it rather than sit beside it.
+func TestFallbackStoredNonCanonicalHeader(t *testing.T) {
+	st := &mapStore{m: map[string]*FallbackEntry{}}
+	fx := newFallbackFixture(t, FallbackOptions{Store: st, MaxStale: time.Minute})
+	_, _, err := fx.do(t, "GET", "/n")
+	require.NoError(t, err)
+	require.Len(t, st.m, 1)
+	for k, e := range st.m {
+		st.m[k] = &FallbackEntry{StatusCode: 200, Body: e.Body, Stored: e.Stored,
+			Header: http.Header{"age": {"10"}, "x-resilience-fallback": {"fresh"}}}
+	}
+	fx.h.IsolateCircuit()
+	resp, _, err := fx.do(t, "GET", "/n")
+	require.NoError(t, err)
+	assert.Equal(t, http.Header{"Age": {"10"}, "X-Resilience-Fallback": {"stale"}}, resp.Header)
+	fx.clock.Advance(51 * time.Second)
+	_, _, err = fx.do(t, "GET", "/n")
+	refused(t, err, ErrFallbackTooStale)
+}
