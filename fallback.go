@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -178,9 +179,26 @@ func (h *Handler) fallbackNow() time.Time {
 }
 
 // credentialed reports whether req carries credentials: an Authorization
-// or Cookie field, whatever the case of its name.
+// or Cookie field, whatever the case of its name, or userinfo in its URL.
 func credentialed(req *http.Request) bool {
-	return hasHeader(req.Header, "Authorization") || hasHeader(req.Header, "Cookie")
+	return req.URL.User != nil || opaqueUserinfo(req.URL) != "" ||
+		hasHeader(req.Header, "Authorization") || hasHeader(req.Header, "Cookie")
+}
+
+// opaqueUserinfo returns the userinfo of an opaque URL that names its
+// authority ("//user:pw@host/path", sent as it is), or "".
+func opaqueUserinfo(u *url.URL) string {
+	rest, ok := strings.CutPrefix(u.Opaque, "//")
+	if !ok {
+		return ""
+	}
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		rest = rest[:i]
+	}
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		return rest[:at]
+	}
+	return ""
 }
 
 // cacheDirective reports whether a Cache-Control header of h holds the
@@ -199,7 +217,9 @@ func cacheDirective(h http.Header, name string) (string, bool) {
 }
 
 // fallbackKey is the key of req's kept response, without its Vary part, or
-// "" when req may not be answered from, or kept in, the store.
+// "" when req may not be answered from, or kept in, the store. The key is
+// the target the request is sent to (fallbackTarget), never its userinfo;
+// a credentialed request's key ends with a hash of its credentials.
 func fallbackKey(cfg *config, req *http.Request) string {
 	if req.Method != http.MethodGet && req.Method != http.MethodHead {
 		return ""
@@ -207,14 +227,18 @@ func fallbackKey(cfg *config, req *http.Request) string {
 	if _, ok := cacheDirective(req.Header, "no-store"); ok {
 		return ""
 	}
-	u := *req.URL
-	u.Fragment, u.RawFragment = "", ""
-	key := "GET " + u.String()
+	key := "GET " + fallbackTarget(req)
 	if credentialed(req) {
 		if !cfg.Fallback.ShareCredentialed {
 			return ""
 		}
 		sum := sha256.New()
+		if u := req.URL.User; u != nil {
+			sum.Write([]byte("userinfo:" + u.String() + "\n"))
+		}
+		if ui := opaqueUserinfo(req.URL); ui != "" {
+			sum.Write([]byte("userinfo:" + ui + "\n"))
+		}
 		for _, name := range []string{"Authorization", "Cookie"} {
 			for _, v := range headerValues(req.Header, name) {
 				sum.Write([]byte(name + ":" + v + "\n"))
@@ -223,6 +247,49 @@ func fallbackKey(cfg *config, req *http.Request) string {
 		key += "\x00cred=" + hex.EncodeToString(sum.Sum(nil))
 	}
 	return key
+}
+
+// fallbackTarget returns the target req is sent to, as its key names it:
+// scheme://host[:port] and the request-target of the request line (path
+// and query, no fragment, no userinfo), the scheme and host in lower case
+// and a default port left out; then, when req.Host names another host
+// than the URL (the Host header the server reads, for a virtual host),
+// "\x00host=" and that host.
+func fallbackTarget(req *http.Request) string {
+	u := req.URL
+	scheme := strings.ToLower(u.Scheme)
+	host := keyHost(scheme, u.Host)
+	target := u.RequestURI()
+	if strings.HasPrefix(u.Opaque, "//") { // scheme://authority/path, sent as it is: without its userinfo
+		rest := strings.TrimPrefix(target, u.Scheme+"://")
+		auth, path := rest, ""
+		if i := strings.IndexAny(rest, "/?"); i >= 0 {
+			auth, path = rest[:i], rest[i:]
+		}
+		if at := strings.LastIndexByte(auth, '@'); at >= 0 {
+			auth = auth[at+1:]
+		}
+		target = "\x00opaque=" + keyHost(scheme, auth) + path
+	}
+	key := scheme + "://" + host + target
+	if req.Host != "" {
+		if vh := keyHost(scheme, req.Host); vh != host {
+			key += "\x00host=" + vh
+		}
+	}
+	return key
+}
+
+// keyHost returns host in lower case, without the scheme's default port.
+func keyHost(scheme, host string) string {
+	host = strings.ToLower(host)
+	switch {
+	case scheme == "http" && strings.HasSuffix(host, ":80"):
+		host = strings.TrimSuffix(host, ":80")
+	case scheme == "https" && strings.HasSuffix(host, ":443"):
+		host = strings.TrimSuffix(host, ":443")
+	}
+	return strings.TrimSuffix(host, ":")
 }
 
 // variantKey is the key of the response kept for req under key, whose

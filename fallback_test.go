@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -777,4 +778,189 @@ func TestFallbackStoredNonCanonicalHeader(t *testing.T) {
 	fx.clock.Advance(51 * time.Second)
 	_, _, err = fx.do(t, "GET", "/n")
 	refused(t, err, ErrFallbackTooStale)
+}
+
+// keys returns the keys the store holds.
+func (s *mapStore) keys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ks []string
+	for k := range s.m {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// The key is the target the request is sent to: the Host it names counts,
+// not the URL alone.
+func TestFallbackKeyedByHost(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "for "+r.Host)
+	}))
+	defer srv.Close()
+	h, err := NewHandler(Options{Fallback: FallbackOptions{Enabled: true}, Retry: RetryOptions{Disabled: true}})
+	require.NoError(t, err)
+	c := &http.Client{Transport: h.Transport(nil)}
+	defer c.CloseIdleConnections()
+	get := func(host string) (*http.Response, error) {
+		req, err := http.NewRequest(http.MethodGet, srv.URL+"/me?q=1", nil)
+		require.NoError(t, err)
+		req.Host = host
+		return c.Do(req)
+	}
+	resp, err := get("tenant-a.example")
+	require.NoError(t, err)
+	assert.Equal(t, "for tenant-a.example", readBody(t, resp))
+	resp, err = get("")
+	require.NoError(t, err)
+	assert.Equal(t, "for "+srv.Listener.Addr().String(), readBody(t, resp))
+
+	h.IsolateCircuit()
+	_, err = get("tenant-b.example")
+	refused(t, err, ErrFallbackNone)
+	for _, host := range []string{"tenant-a.example", "TENANT-A.example"} {
+		resp, err = get(host)
+		require.NoError(t, err, host)
+		assert.Equal(t, "for tenant-a.example", readBody(t, resp))
+	}
+	resp, err = get(srv.Listener.Addr().String()) // the URL's own host, named as the Host
+	require.NoError(t, err)
+	assert.Equal(t, "for "+srv.Listener.Addr().String(), readBody(t, resp))
+	resp, err = get("")
+	require.NoError(t, err)
+	assert.Equal(t, "for "+srv.Listener.Addr().String(), readBody(t, resp))
+}
+
+// The parts of the target that are the same target written differently
+// give one key; every other part gives another.
+func TestFallbackKeyTarget(t *testing.T) {
+	cfg := &config{}
+	key := func(raw, host string) string {
+		req, err := http.NewRequest(http.MethodGet, raw, nil)
+		require.NoError(t, err)
+		req.Host = host
+		return fallbackKey(cfg, req)
+	}
+	base := key("http://api.example/p?q=1", "")
+	for _, same := range [][2]string{
+		{"http://api.example/p?q=1#frag", ""},
+		{"HTTP://API.Example/p?q=1", ""},
+		{"http://api.example:80/p?q=1", ""},
+		{"http://api.example/p?q=1", "api.example"},
+		{"http://api.example/p?q=1", "API.EXAMPLE:80"},
+	} {
+		assert.Equal(t, base, key(same[0], same[1]), "%v", same)
+	}
+	for _, other := range [][2]string{
+		{"https://api.example/p?q=1", ""},
+		{"http://api.example:8080/p?q=1", ""},
+		{"http://other.example/p?q=1", ""},
+		{"http://api.example/p?q=1", "other.example"},
+		{"http://api.example/p?q=1", "api.example:8080"},
+		{"http://api.example/P?q=1", ""},
+		{"http://api.example/p?q=2", ""},
+		{"http://api.example/p", ""},
+		{"http://api.example/p?", ""},
+	} {
+		assert.NotEqual(t, base, key(other[0], other[1]), "%v", other)
+	}
+	assert.Equal(t, key("https://api.example/p", ""), key("https://api.example:443/p", ""))
+
+	// An opaque URL's authority is sent as it is, but its userinfo never
+	// enters the key.
+	req := &http.Request{Method: http.MethodGet, Header: http.Header{},
+		URL: &url.URL{Scheme: "http", Host: "api.example", Opaque: "//erin:s3cr3t@api.example/p", RawQuery: "q=1"}}
+	k := fallbackKey(&config{Options: Options{Fallback: FallbackOptions{ShareCredentialed: true}}}, req)
+	assert.NotContains(t, k, "s3cr3t")
+	assert.Contains(t, k, "api.example/p?q=1")
+	assert.Contains(t, k, "\x00cred=", "its userinfo is a credential")
+	assert.Empty(t, fallbackKey(cfg, req), "not kept without ShareCredentialed")
+}
+
+// The userinfo of a URL is a credential: it never enters a key, a log line,
+// an event or an error, and a response to a request that carries it is
+// kept only with ShareCredentialed, under a hash, for the same userinfo.
+func TestFallbackURLUserinfo(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, _ := r.BasicAuth()
+		io.WriteString(w, "for "+u+" "+p)
+	}))
+	defer srv.Close()
+	secretURL := strings.Replace(srv.URL, "://", "://erin:s3cr3t-pw@", 1) + "/me"
+	for _, share := range []bool{false, true} {
+		for _, direct := range []bool{false, true} { // RoundTrip itself, or through http.Client, which sends the userinfo as Authorization
+			t.Run(fmt.Sprintf("ShareCredentialed=%v/direct=%v", share, direct), func(t *testing.T) {
+				st := &mapStore{m: map[string]*FallbackEntry{}}
+				logger, lines := evLogLines(t)
+				var mu sync.Mutex
+				var events []Event
+				h, err := NewHandler(Options{
+					Name:     "fb",
+					Fallback: FallbackOptions{Enabled: true, Store: st, ShareCredentialed: share},
+					Retry:    RetryOptions{Disabled: true},
+					Logger:   logger,
+					OnEvent: func(e Event) {
+						mu.Lock()
+						events = append(events, e)
+						mu.Unlock()
+					},
+				})
+				require.NoError(t, err)
+				tr := h.Transport(&http.Transport{})
+				defer tr.CloseIdleConnections()
+				c := &http.Client{Transport: tr}
+				get := func(raw string) (*http.Response, error) {
+					req, err := http.NewRequest(http.MethodGet, raw, nil)
+					require.NoError(t, err)
+					if direct {
+						return tr.RoundTrip(req)
+					}
+					return c.Do(req)
+				}
+				resp, err := get(secretURL)
+				require.NoError(t, err)
+				first := readBody(t, resp)
+				for _, k := range st.keys() {
+					assert.NotContains(t, k, "s3cr3t")
+					assert.NotContains(t, k, "erin")
+				}
+				if !share {
+					assert.Empty(t, st.keys(), "a credentialed response is not kept")
+				} else {
+					assert.Len(t, st.keys(), 1)
+				}
+
+				h.IsolateCircuit()
+				_, err = get(srv.URL + "/me")
+				refused(t, err, ErrFallbackNone)
+				_, err = get(strings.Replace(secretURL, "s3cr3t-pw", "other", 1))
+				if !share {
+					refused(t, err, ErrFallbackIneligible)
+				} else {
+					refused(t, err, ErrFallbackNone)
+				}
+				resp, err = get(secretURL)
+				if !share {
+					refused(t, err, ErrFallbackIneligible)
+					assert.NotContains(t, err.Error(), "s3cr3t")
+				} else {
+					require.NoError(t, err)
+					assert.Equal(t, first, readBody(t, resp), "served to the same userinfo")
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				require.NotEmpty(t, events)
+				for _, e := range events {
+					assert.NotContains(t, e.URL(), "s3cr3t")
+					assert.NotContains(t, e.URL(), "erin")
+					if e.Err != nil {
+						assert.NotContains(t, e.Err.Error(), "s3cr3t")
+					}
+				}
+				for _, l := range lines() {
+					assert.NotContains(t, l, "s3cr3t")
+				}
+			})
+		}
+	}
 }
