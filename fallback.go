@@ -53,7 +53,12 @@ type FallbackOptions struct {
 	MaxBytes int64
 
 	// Header is the response header that labels a served fallback, with
-	// the value "stale". Default "X-Resilience-Fallback".
+	// the value "stale". Default "X-Resilience-Fallback". It may not name,
+	// in any case, a field the label would overwrite and the response
+	// depends on: Connection, Keep-Alive, Proxy-*, TE, Trailer,
+	// Transfer-Encoding, Upgrade (hop-by-hop), Content-* (framing and
+	// the body's description), Age, Cache-Control, Date, ETag, Expires,
+	// Last-Modified, Pragma, Vary, Warning (caching) or Set-Cookie.
 	Header string
 
 	// OnTransient also serves a fallback when retries ran out on a
@@ -129,6 +134,9 @@ func resolveFallback(f *FallbackOptions, bad func(string, any, string) error) er
 		return bad("Fallback.MaxBytes", f.MaxBytes, "must not be negative")
 	case f.Header != "" && !validHeaderName(f.Header):
 		return bad("Fallback.Header", f.Header, "must be a valid header field name")
+	case f.Header != "" && reservedLabel(f.Header):
+		return bad("Fallback.Header", f.Header,
+			"must not name a hop-by-hop, framing or caching header field, which the label would overwrite")
 	}
 	if f.MaxStale == 0 {
 		f.MaxStale = DefaultFallbackMaxStale
@@ -147,6 +155,26 @@ func resolveFallback(f *FallbackOptions, bad func(string, any, string) error) er
 	}
 	f.Header = http.CanonicalHeaderKey(f.Header)
 	return nil
+}
+
+// reservedLabel reports whether name, in any case, is a header field the
+// label must not overwrite: hop-by-hop fields (RFC 9110 section 7.6.1:
+// Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding,
+// Upgrade), the fields that frame or describe the body (Content-*), those
+// caching and freshness depend on (RFC 9111: Age, Cache-Control, Date,
+// ETag, Expires, Last-Modified, Pragma, Vary, Warning), and Set-Cookie.
+func reservedLabel(name string) bool {
+	name = http.CanonicalHeaderKey(name)
+	if strings.HasPrefix(name, "Proxy-") || strings.HasPrefix(name, "Content-") {
+		return true
+	}
+	switch name {
+	case "Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+		"Age", "Cache-Control", "Date", "Etag", "Expires", "Last-Modified", "Pragma", "Vary", "Warning",
+		"Set-Cookie":
+		return true
+	}
+	return false
 }
 
 // validHeaderName reports whether s is an RFC 9110 token.

@@ -964,3 +964,28 @@ func TestFallbackURLUserinfo(t *testing.T) {
 		}
 	}
 }
+
+// A label may not overwrite a header the response's framing, its caching
+// or the connection depends on, in Go options or in JSON, whatever the
+// case of its name.
+func TestFallbackLabelReservedNames(t *testing.T) {
+	for _, name := range []string{
+		"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "proxy-anything", "TE", "Trailer",
+		"Transfer-Encoding", "Upgrade", "Content-Length", "content-length", "Content-Encoding", "Content-Range",
+		"Content-Type", "Content-Location", "Age", "age", "Cache-Control", "Expires", "Date", "ETag", "Last-Modified",
+		"Vary", "Warning", "Pragma", "Set-Cookie",
+	} {
+		_, err := NewHandler(Options{Name: "fb", Fallback: FallbackOptions{Enabled: true, Header: name}})
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), `resilience: handler "fb": invalid option Fallback.Header (`+name+`)`)
+		assert.Contains(t, err.Error(), "hop-by-hop, framing or caching")
+
+		_, err = LoadConfig(strings.NewReader(`{"upstreams": {"a": {"fallback": {"enabled": true, "header": "` + name + `"}}}}`))
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), "resilience: config: upstreams.a.fallback.header ("+name+")")
+	}
+	for _, name := range []string{"X-Resilience-Fallback", "X-Cache", "Warning-Label", "X-Content-Length", "Contents"} {
+		_, err := NewHandler(Options{Fallback: FallbackOptions{Enabled: true, Header: name}})
+		assert.NoError(t, err, name)
+	}
+}
