@@ -989,3 +989,168 @@ func TestFallbackLabelReservedNames(t *testing.T) {
 		assert.NoError(t, err, name)
 	}
 }
+
+// Age is read as RFC 9111 says: its first member (section 5.1), a value
+// that is not one ignored, one too large for us as 2^31 (section 1.2.2);
+// and the Age served is never more than 2^31.
+func TestFallbackHostileAge(t *testing.T) {
+	const resident = 10 // seconds between keeping and serving
+	for _, tc := range []struct {
+		age  string // the Age fields the upstream sends, separated by "&"
+		want string // the Age served, or "" for too stale (MaxStale 1m)
+	}{
+		{"30", "40"},
+		{"50", "60"},
+		{"51", ""},
+		{"99999999999999999999", ""},
+		{"9223372036854775808", ""},
+		{"9223372036854775807", ""},
+		{"2147483648", ""},
+		{"100, 5", ""},
+		{"5, 100", "15"},
+		{"100&5", ""}, // two field lines: the first member is the first line's
+		{"5&100", "15"},
+		{"-5", "10"},
+		{"+5", "10"},
+		{"5.0", "10"},
+		{"0x10", "10"},
+		{"1e3", "10"},
+		{"abc", "10"},
+		{"abc, 5", "10"}, // the first member is invalid: the field is ignored
+		{"", "10"},
+	} {
+		t.Run(tc.age, func(t *testing.T) {
+			fx := newFallbackFixture(t, FallbackOptions{MaxStale: time.Minute})
+			path := "/age"
+			if tc.age != "" {
+				path += "?h=Age:" + strings.ReplaceAll(url.QueryEscape(tc.age), "%26", "&h=Age:")
+			}
+			_, _, err := fx.do(t, "GET", path)
+			require.NoError(t, err)
+			fx.h.IsolateCircuit()
+			fx.clock.Advance(resident * time.Second)
+			resp, _, err := fx.do(t, "GET", path)
+			if tc.want == "" {
+				refused(t, err, ErrFallbackTooStale)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, []string{tc.want}, resp.Header.Values("Age"))
+		})
+	}
+	t.Run("served Age at most 2^31", func(t *testing.T) {
+		fx := newFallbackFixture(t, FallbackOptions{MaxStale: 100 * 365 * 24 * time.Hour})
+		path := "/age?h=Age:99999999999999999999"
+		_, _, err := fx.do(t, "GET", path)
+		require.NoError(t, err)
+		fx.h.IsolateCircuit()
+		fx.clock.Advance(resident * time.Second)
+		resp, _, err := fx.do(t, "GET", path)
+		require.NoError(t, err)
+		assert.Equal(t, "2147483648", resp.Header.Get("Age"))
+	})
+}
+
+// Cache-Control is parsed as RFC 9111 section 5.2 writes it: directive
+// names in any case, arguments as tokens or quoted strings (commas inside
+// quotes are no separators), the first occurrence of a directive counts
+// (section 4.2.1), delta-seconds too large for us read as 2^31.
+func TestCacheDirective(t *testing.T) {
+	for _, tc := range []struct {
+		lines []string
+		name  string
+		arg   string
+		found bool
+	}{
+		{[]string{`no-cache="a, b"`}, "no-cache", "a, b", true},
+		{[]string{`no-cache="a, b"`}, "b", "", false},
+		{[]string{`max-age=60, ext="x, private"`}, "private", "", false},
+		{[]string{`ext="a\", private", max-age=1`}, "private", "", false},
+		{[]string{`ext="a\", private", max-age=1`}, "max-age", "1", true},
+		{[]string{`ext="a\\", private`}, "private", "", true},
+		{[]string{`ext="x, stale-if-error=5"`}, "stale-if-error", "", false},
+		{[]string{`ext="unterminated, no-store`}, "no-store", "", false},
+		{[]string{`stale-if-error="5"`}, "stale-if-error", "5", true},
+		{[]string{`STALE-IF-ERROR=5`}, "stale-if-error", "5", true},
+		{[]string{`stale-if-error=5, stale-if-error=100`}, "stale-if-error", "5", true},
+		{[]string{`max-age=1`, `stale-if-error=7`}, "stale-if-error", "7", true},
+		{[]string{`,, no-store ,`}, "no-store", "", true},
+		{[]string{`no-storex, xno-store`}, "no-store", "", false},
+		{[]string{`private="Set-Cookie"`}, "private", "Set-Cookie", true},
+		{[]string{`max-age = 5`}, "max-age", "5", true},
+		{[]string{`a=b c, no-store`}, "no-store", "", true},
+		{nil, "no-store", "", false},
+	} {
+		arg, found := cacheDirective(http.Header{"Cache-Control": tc.lines}, tc.name)
+		assert.Equal(t, tc.found, found, "%q %s", tc.lines, tc.name)
+		assert.Equal(t, tc.arg, arg, "%q %s", tc.lines, tc.name)
+	}
+	for s, want := range map[string]int64{
+		"0": 0, "5": 5, "2147483647": 2147483647, "2147483648": 1 << 31, "2147483649": 1 << 31,
+		"9223372036854775808": 1 << 31, "99999999999999999999": 1 << 31, "007": 7,
+	} {
+		got, ok := deltaSeconds(s)
+		assert.True(t, ok, s)
+		assert.Equal(t, want, got, s)
+	}
+	for _, s := range []string{"", "-1", "+1", " 1", "1 ", "1.0", "0x1", "1e3", "abc"} {
+		_, ok := deltaSeconds(s)
+		assert.False(t, ok, "%q", s)
+	}
+}
+
+// The served response's stale-if-error is read from its Cache-Control as
+// the RFC parses it.
+func TestFallbackStaleIfErrorValues(t *testing.T) {
+	for _, tc := range []struct {
+		cc     string
+		served bool // 10 s after it was kept, MaxStale 1h
+	}{
+		{`stale-if-error=5`, false},
+		{`stale-if-error=10`, true},
+		{`stale-if-error="5"`, false},
+		{`STALE-IF-ERROR=5`, false},
+		{`stale-if-error=99999999999999999999`, true},
+		{`stale-if-error=-1`, true}, // invalid: MaxStale bounds it
+		{`stale-if-error=abc`, true},
+		{`ext="x, stale-if-error=5"`, true},
+		{`stale-if-error=5, stale-if-error=100`, false},
+		{`stale-if-error=100, stale-if-error=5`, true},
+	} {
+		t.Run(tc.cc, func(t *testing.T) {
+			fx := newFallbackFixture(t, FallbackOptions{MaxStale: time.Hour})
+			path := "/sie?h=Cache-Control:" + url.QueryEscape(tc.cc)
+			_, _, err := fx.do(t, "GET", path)
+			require.NoError(t, err)
+			fx.h.IsolateCircuit()
+			fx.clock.Advance(10 * time.Second)
+			_, _, err = fx.do(t, "GET", path)
+			if tc.served {
+				require.NoError(t, err)
+			} else {
+				refused(t, err, ErrFallbackTooStale)
+			}
+		})
+	}
+}
+
+// A directive inside a quoted argument is no directive: the response is
+// kept; a qualified no-cache or private is one, and it is not.
+func TestFallbackQuotedCacheControl(t *testing.T) {
+	fx := newFallbackFixture(t, FallbackOptions{})
+	kept := []string{`max-age=60, community="a, private, b"`, `ext="no-store, no-cache"`}
+	notKept := []string{`no-cache="a, b"`, `private="Set-Cookie"`, `max-age=60, ext="a, b", no-store`}
+	for _, cc := range append(kept, notKept...) {
+		_, _, err := fx.do(t, "GET", "/q?h=Cache-Control:"+url.QueryEscape(cc))
+		require.NoError(t, err)
+	}
+	fx.h.IsolateCircuit()
+	for _, cc := range kept {
+		_, _, err := fx.do(t, "GET", "/q?h=Cache-Control:"+url.QueryEscape(cc))
+		assert.NoError(t, err, cc)
+	}
+	for _, cc := range notKept {
+		_, _, err := fx.do(t, "GET", "/q?h=Cache-Control:"+url.QueryEscape(cc))
+		refused(t, err, ErrFallbackNone)
+	}
+}
