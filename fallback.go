@@ -456,32 +456,50 @@ func varyNames(resp *http.Response) ([]string, bool) {
 }
 
 // keeping returns the body to read resp through: a tee that keeps the
-// response when it is read to EOF if a shared cache could store it (a 200
-// to a GET, without no-store, private, no-cache, must-revalidate,
-// proxy-revalidate, Set-Cookie or Vary: *, and whose
-// request carried no credentials unless ShareCredentialed), else resp.Body.
+// response when it is read to EOF if the fallback layer may keep it
+// (keeper), else resp.Body.
 func (c *call) keeping(resp *http.Response) io.ReadCloser {
+	if t := c.keeper(resp); t != nil {
+		return t
+	}
+	return resp.Body
+}
+
+// keepEmpty keeps resp, which has no body (an empty 200 the transport gave
+// http.NoBody), if the fallback layer may keep it: an empty answer is an
+// answer, and replaces the one kept before.
+func (c *call) keepEmpty(resp *http.Response) {
+	if t := c.keeper(resp); t != nil {
+		t.put()
+	}
+}
+
+// keeper returns the keeper of resp if a shared cache could store it (a 200
+// to a GET, without no-store, private, no-cache, must-revalidate,
+// proxy-revalidate, Set-Cookie or Vary: *, and whose request carried no
+// credentials unless ShareCredentialed), else nil.
+func (c *call) keeper(resp *http.Response) *keeper {
 	f := &c.cfg.Fallback
 	if c.req.Method != http.MethodGet || resp.StatusCode != http.StatusOK || resp.ContentLength > f.MaxEntryBytes {
-		return resp.Body
+		return nil
 	}
 	key := fallbackKey(c.cfg, c.req)
 	if key == "" {
-		return resp.Body
+		return nil
 	}
 	// RFC 9111 4.2.4: no-cache, must-revalidate and proxy-revalidate forbid
 	// serving the response stale.
 	for _, d := range []string{"no-store", "private", "no-cache", "must-revalidate", "proxy-revalidate"} {
 		if _, ok := cacheDirective(resp.Header, d); ok {
-			return resp.Body
+			return nil
 		}
 	}
 	if hasHeader(resp.Header, "Set-Cookie") {
-		return resp.Body
+		return nil
 	}
 	vary, ok := varyNames(resp)
 	if !ok {
-		return resp.Body
+		return nil
 	}
 	t := &keeper{rc: resp.Body, h: c.h, store: c.h.fallbackStore(c.cfg), key: key, vary: vary,
 		req: c.req, max: f.MaxEntryBytes, status: resp.StatusCode, header: resp.Header.Clone()}

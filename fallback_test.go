@@ -1154,3 +1154,53 @@ func TestFallbackQuotedCacheControl(t *testing.T) {
 		refused(t, err, ErrFallbackNone)
 	}
 }
+
+// An empty 200 is a response like any other: it is kept, replaces the one
+// kept before, and is served.
+func TestFallbackKeepsEmpty(t *testing.T) {
+	var empty atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if empty.Load() {
+			if r.URL.Query().Get("chunked") != "" {
+				w.(http.Flusher).Flush() // no Content-Length: chunked, and empty
+			}
+			return // Content-Length: 0
+		}
+		io.WriteString(w, "older")
+	}))
+	defer srv.Close()
+	for _, path := range []string{"/e", "/e?chunked=1"} {
+		t.Run(path, func(t *testing.T) {
+			h, err := NewHandler(Options{Fallback: FallbackOptions{Enabled: true}, Retry: RetryOptions{Disabled: true}})
+			require.NoError(t, err)
+			c := &http.Client{Transport: h.Transport(nil)}
+			defer c.CloseIdleConnections()
+			empty.Store(false)
+			resp, err := c.Get(srv.URL + path)
+			require.NoError(t, err)
+			assert.Equal(t, "older", readBody(t, resp))
+			empty.Store(true)
+			resp, err = c.Get(srv.URL + path)
+			require.NoError(t, err)
+			assert.Empty(t, readBody(t, resp))
+			resp, err = c.Get(srv.URL + path + "&new=1")
+			require.NoError(t, err)
+			assert.Empty(t, readBody(t, resp))
+
+			h.IsolateCircuit()
+			for _, p := range []string{path, path + "&new=1"} {
+				resp, err = c.Get(srv.URL + p)
+				require.NoError(t, err, p)
+				assert.Equal(t, http.StatusOK, resp.StatusCode)
+				assert.Equal(t, "stale", resp.Header.Get("X-Resilience-Fallback"))
+				assert.Empty(t, readBody(t, resp), "the empty one replaced the older")
+				assert.Zero(t, resp.ContentLength)
+			}
+			req, _ := http.NewRequest(http.MethodHead, srv.URL+path, nil)
+			resp, err = c.Do(req)
+			require.NoError(t, err, "HEAD too")
+			assert.Equal(t, "stale", resp.Header.Get("X-Resilience-Fallback"))
+			resp.Body.Close()
+		})
+	}
+}
