@@ -549,11 +549,18 @@ func (t *keeper) Read(p []byte) (int, error) {
 func (t *keeper) Close() error { return t.rc.Close() }
 
 func (t *keeper) put() {
-	e := &FallbackEntry{StatusCode: t.status, Header: t.header, Body: t.buf, Stored: t.h.fallbackNow()}
+	body := t.buf
 	t.buf = nil
-	if e.Body == nil {
-		e.Body = []byte{}
+	if cap(body) != len(body) {
+		// A body of unknown length grew by append, to up to about 1.25
+		// times its length: keep it in a buffer of its size, so that what
+		// the store counts is what it holds.
+		body = append(make([]byte, 0, len(body)), body...)
 	}
+	if body == nil {
+		body = []byte{}
+	}
+	e := &FallbackEntry{StatusCode: t.status, Header: t.header, Body: body, Stored: t.h.fallbackNow()}
 	if len(t.vary) == 0 {
 		t.store.Put(t.key, e)
 		return

@@ -1204,3 +1204,60 @@ func TestFallbackKeepsEmpty(t *testing.T) {
 		})
 	}
 }
+
+// chunkTransport answers every request with a 200 whose body, of the
+// size the path's last number says, has no Content-Length and arrives in
+// reads of at most 16 KiB, as a chunked or decompressed body does.
+type chunkTransport struct{}
+
+func (chunkTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	var n int
+	fmt.Sscanf(req.URL.Path[strings.LastIndexByte(req.URL.Path, '/')+1:], "%d", &n)
+	return &http.Response{StatusCode: 200, Header: http.Header{}, ContentLength: -1, Request: req,
+		Body: io.NopCloser(&smallReads{r: bytes.NewReader(make([]byte, n)), max: 16 << 10})}, nil
+}
+
+type smallReads struct {
+	r   io.Reader
+	max int
+}
+
+func (s *smallReads) Read(p []byte) (int, error) { return s.r.Read(p[:min(len(p), s.max)]) }
+
+// The bound holds for what the store holds, not for the lengths it
+// counts: bodies of unknown length, read in pieces, are kept in buffers of
+// their size, so that the live heap they take stays within 5% of MaxBytes.
+func TestFallbackMemoryBoundChunked(t *testing.T) {
+	const maxBytes = 16 << 20
+	h, err := NewHandler(Options{Fallback: FallbackOptions{Enabled: true, MaxBytes: maxBytes}})
+	require.NoError(t, err)
+	client := &http.Client{Transport: h.Transport(chunkTransport{})}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range 400 {
+		size := 300<<10 + (i*37<<10)%(700<<10) // 300 KiB to 1 MiB, varied
+		resp, err := client.Get(fmt.Sprintf("http://upstream.test/item/%d/%d", i, size))
+		require.NoError(t, err)
+		_, err = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("live heap held by the store: %.2f MiB for a bound of %.2f MiB (counted: %.2f MiB)",
+		float64(held)/(1<<20), float64(maxBytes)/(1<<20), float64(h.fbStore.bytes())/(1<<20))
+	assert.LessOrEqual(t, h.fbStore.bytes(), int64(maxBytes))
+	assert.LessOrEqual(t, held, int64(maxBytes*105/100), "live heap within 5% of the bound")
+
+	// What the heap shows, deterministically: every body is held in a
+	// buffer that its count covers.
+	h.fbStore.mu.Lock()
+	for el := h.fbStore.ll.Front(); el != nil; el = el.Next() {
+		it := el.Value.(*lruItem)
+		assert.LessOrEqual(t, int64(cap(it.e.Body)), it.size, it.key)
+	}
+	h.fbStore.mu.Unlock()
+	runtime.KeepAlive(h)
+}

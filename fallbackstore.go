@@ -21,10 +21,11 @@ type FallbackEntry struct {
 	Vary []string
 }
 
-// Size is what the entry counts against a store's bound: its body and
-// its header's names and values.
+// Size is what the entry counts against a store's bound: its body's
+// buffer (its capacity, which is what it holds, not its length) and its
+// header's names and values.
 func (e *FallbackEntry) Size() int64 {
-	n := int64(len(e.Body))
+	n := int64(cap(e.Body))
 	for k, vs := range e.Header {
 		for _, v := range vs {
 			n += int64(len(k) + len(v))
