@@ -398,23 +398,31 @@ func TestFallbackMemoryBound(t *testing.T) {
 }
 
 func TestLRUStoreEvictsLeastRecentlyUsed(t *testing.T) {
-	s := newLRUStore(30)
-	e := func(b string) *FallbackEntry { return &FallbackEntry{Body: []byte(b)} }
-	s.Put("a", e("0123456789")) // 11 bytes with its key
+	const o = lruEntryOverhead
+	s := newLRUStore(3*(11+o) - 3)
+	e := func(b string) *FallbackEntry { return &FallbackEntry{Body: append(make([]byte, 0, len(b)), b...)} }
+	s.Put("a", e("0123456789")) // 11 bytes with its key, and the overhead
 	s.Put("b", e("0123456789"))
 	_, ok := s.Get("a") // a is now the most recent
 	require.True(t, ok)
-	s.Put("c", e("0123456789")) // 33 > 30: b goes
+	s.Put("c", e("0123456789")) // three do not fit: b goes
 	_, ok = s.Get("b")
 	assert.False(t, ok)
 	_, ok = s.Get("a")
 	assert.True(t, ok)
-	assert.Equal(t, int64(22), s.bytes())
+	assert.Equal(t, int64(2*(11+o)), s.bytes())
 	s.Put("a", e("0")) // replaced, not added
-	assert.Equal(t, int64(13), s.bytes())
-	s.Put("huge", e(strings.Repeat("x", 31)))
+	assert.Equal(t, int64(11+o+2+o), s.bytes())
+	s.Put("huge", e(strings.Repeat("x", 3*(11+o))))
 	_, ok = s.Get("huge")
 	assert.False(t, ok, "larger than the store: not kept")
+}
+
+// Size counts what the entry holds: its body's capacity, and a header's
+// text with what holds it.
+func TestFallbackEntrySize(t *testing.T) {
+	e := &FallbackEntry{Body: make([]byte, 3, 100), Header: http.Header{"Ab": {"x", "yz"}}, Vary: []string{"Accept"}}
+	assert.Equal(t, int64(100+2+headerFieldOverhead+1+2+2*headerValueOverhead+6), e.Size())
 }
 
 // A user's store is used instead of the built-in one.
@@ -1226,18 +1234,33 @@ func (s *smallReads) Read(p []byte) (int, error) { return s.r.Read(p[:min(len(p)
 
 // The bound holds for what the store holds, not for the lengths it
 // counts: bodies of unknown length, read in pieces, are kept in buffers of
-// their size, so that the live heap they take stays within 5% of MaxBytes.
+// their size, and small entries count what holds them, so that the live
+// heap the store takes stays within 5% of MaxBytes.
 func TestFallbackMemoryBoundChunked(t *testing.T) {
-	const maxBytes = 16 << 20
+	for _, tc := range []struct {
+		name     string
+		maxBytes int64
+		calls    int
+		size     func(i int) int
+	}{
+		{"300 KiB to 1 MiB", 16 << 20, 400, func(i int) int { return 300<<10 + (i*37<<10)%(700<<10) }},
+		{"64 B", 4 << 20, 20_000, func(int) int { return 64 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			memoryBoundChunked(t, tc.maxBytes, tc.calls, tc.size)
+		})
+	}
+}
+
+func memoryBoundChunked(t *testing.T, maxBytes int64, calls int, size func(int) int) {
 	h, err := NewHandler(Options{Fallback: FallbackOptions{Enabled: true, MaxBytes: maxBytes}})
 	require.NoError(t, err)
 	client := &http.Client{Transport: h.Transport(chunkTransport{})}
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	for i := range 400 {
-		size := 300<<10 + (i*37<<10)%(700<<10) // 300 KiB to 1 MiB, varied
-		resp, err := client.Get(fmt.Sprintf("http://upstream.test/item/%d/%d", i, size))
+	for i := range calls {
+		resp, err := client.Get(fmt.Sprintf("http://upstream.test/item/%d/%d", i, size(i)))
 		require.NoError(t, err)
 		_, err = io.Copy(io.Discard, resp.Body)
 		require.NoError(t, err)
@@ -1248,8 +1271,9 @@ func TestFallbackMemoryBoundChunked(t *testing.T) {
 	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	t.Logf("live heap held by the store: %.2f MiB for a bound of %.2f MiB (counted: %.2f MiB)",
 		float64(held)/(1<<20), float64(maxBytes)/(1<<20), float64(h.fbStore.bytes())/(1<<20))
-	assert.LessOrEqual(t, h.fbStore.bytes(), int64(maxBytes))
-	assert.LessOrEqual(t, held, int64(maxBytes*105/100), "live heap within 5% of the bound")
+	assert.LessOrEqual(t, h.fbStore.bytes(), maxBytes)
+	assert.Greater(t, h.fbStore.bytes(), maxBytes*9/10, "the store fills up to its bound")
+	assert.LessOrEqual(t, held, maxBytes*105/100, "live heap within 5% of the bound")
 
 	// What the heap shows, deterministically: every body is held in a
 	// buffer that its count covers.
