@@ -562,11 +562,11 @@ func (t *keeper) put() {
 	}
 	e := &FallbackEntry{StatusCode: t.status, Header: t.header, Body: body, Stored: t.h.fallbackNow()}
 	if len(t.vary) == 0 {
-		t.store.Put(t.key, e)
+		t.store.Put(t.req.Context(), t.key, e)
 		return
 	}
-	t.store.Put(t.key, &FallbackEntry{Vary: t.vary, Stored: e.Stored})
-	t.store.Put(variantKey(t.key, t.req, t.vary), e)
+	t.store.Put(t.req.Context(), t.key, &FallbackEntry{Vary: t.vary, Stored: e.Stored})
+	t.store.Put(t.req.Context(), variantKey(t.key, t.req, t.vary), e)
 }
 
 // fallbackServes reports whether the call's error err is one the fallback
@@ -626,9 +626,9 @@ func (c *call) stale() (*http.Response, error) {
 		return nil, ErrFallbackIneligible
 	}
 	store := c.h.fallbackStore(c.cfg)
-	e, ok := store.Get(key)
+	e, ok := store.Get(c.req.Context(), key)
 	if ok && e.Vary != nil {
-		e, ok = store.Get(variantKey(key, c.req, e.Vary))
+		e, ok = store.Get(c.req.Context(), variantKey(key, c.req, e.Vary))
 	}
 	if !ok || e == nil || e.Vary != nil {
 		return nil, ErrFallbackNone

@@ -399,22 +399,23 @@ func TestFallbackMemoryBound(t *testing.T) {
 
 func TestLRUStoreEvictsLeastRecentlyUsed(t *testing.T) {
 	const o = lruEntryOverhead
+	ctx := context.Background()
 	s := newLRUStore(3*(11+o) - 3)
 	e := func(b string) *FallbackEntry { return &FallbackEntry{Body: append(make([]byte, 0, len(b)), b...)} }
-	s.Put("a", e("0123456789")) // 11 bytes with its key, and the overhead
-	s.Put("b", e("0123456789"))
-	_, ok := s.Get("a") // a is now the most recent
+	s.Put(ctx, "a", e("0123456789")) // 11 bytes with its key, and the overhead
+	s.Put(ctx, "b", e("0123456789"))
+	_, ok := s.Get(ctx, "a") // a is now the most recent
 	require.True(t, ok)
-	s.Put("c", e("0123456789")) // three do not fit: b goes
-	_, ok = s.Get("b")
+	s.Put(ctx, "c", e("0123456789")) // three do not fit: b goes
+	_, ok = s.Get(ctx, "b")
 	assert.False(t, ok)
-	_, ok = s.Get("a")
+	_, ok = s.Get(ctx, "a")
 	assert.True(t, ok)
 	assert.Equal(t, int64(2*(11+o)), s.bytes())
-	s.Put("a", e("0")) // replaced, not added
+	s.Put(ctx, "a", e("0")) // replaced, not added
 	assert.Equal(t, int64(11+o+2+o), s.bytes())
-	s.Put("huge", e(strings.Repeat("x", 3*(11+o))))
-	_, ok = s.Get("huge")
+	s.Put(ctx, "huge", e(strings.Repeat("x", 3*(11+o))))
+	_, ok = s.Get(ctx, "huge")
 	assert.False(t, ok, "larger than the store: not kept")
 }
 
@@ -431,14 +432,14 @@ type mapStore struct {
 	m  map[string]*FallbackEntry
 }
 
-func (s *mapStore) Get(k string) (*FallbackEntry, bool) {
+func (s *mapStore) Get(_ context.Context, k string) (*FallbackEntry, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.m[k]
 	return e, ok
 }
 
-func (s *mapStore) Put(k string, e *FallbackEntry) {
+func (s *mapStore) Put(_ context.Context, k string, e *FallbackEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.m[k] = e

@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"container/list"
+	"context"
 	"net/http"
 	"sync"
 	"time"
@@ -54,13 +55,23 @@ const (
 )
 
 // A FallbackStore keeps the responses the fallback layer may serve, by key.
-// It must be safe for concurrent use. Get and Put are called on the
-// caller's goroutine, Put when a kept response's body reaches EOF, Get
-// when a call fails: both should return quickly. A store may forget any
-// entry at any time.
+// It must be safe for concurrent use. A store may forget any entry at any
+// time.
+//
+// Put is called on the caller's goroutine when a kept response's body
+// reaches EOF, Get when a call fails; ctx is the caller's request context.
+// Both should return quickly, and must return once ctx is done: the caller
+// is waiting. A caller whose context is done while Get runs gets its
+// context's error at once, never the entry (fallback.go); a Get that does
+// not return on ctx keeps a goroutine until it does.
+//
+// A key names the target of the request (scheme, host and port, path and
+// query, and the Host header when it names another host), never its
+// URL's userinfo; the key of a response to a credentialed request ends
+// with a SHA-256 hash of its credentials.
 type FallbackStore interface {
-	Get(key string) (*FallbackEntry, bool)
-	Put(key string, e *FallbackEntry)
+	Get(ctx context.Context, key string) (*FallbackEntry, bool)
+	Put(ctx context.Context, key string, e *FallbackEntry)
 }
 
 // lruStore is the built-in FallbackStore: bounded in bytes (each entry's
@@ -84,7 +95,8 @@ func newLRUStore(maxBytes int64) *lruStore {
 	return &lruStore{max: maxBytes, ll: list.New(), items: make(map[string]*list.Element)}
 }
 
-func (s *lruStore) Get(key string) (*FallbackEntry, bool) {
+// Get returns the entry kept under key. It does not block: ctx is unused.
+func (s *lruStore) Get(_ context.Context, key string) (*FallbackEntry, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	el, ok := s.items[key]
@@ -95,7 +107,9 @@ func (s *lruStore) Get(key string) (*FallbackEntry, bool) {
 	return el.Value.(*lruItem).e, true
 }
 
-func (s *lruStore) Put(key string, e *FallbackEntry) {
+// Put keeps e under key, forgetting the least recently used entries that
+// no longer fit. It does not block: ctx is unused.
+func (s *lruStore) Put(_ context.Context, key string, e *FallbackEntry) {
 	size := e.Size() + int64(len(key)) + lruEntryOverhead
 	s.mu.Lock()
 	defer s.mu.Unlock()
