@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -587,7 +588,10 @@ func (c *call) fallback(err error) (*http.Response, error) {
 	if !c.fallbackServes(err) {
 		return nil, err
 	}
-	resp, reason := c.stale()
+	resp, reason, left := c.stale()
+	if left != nil {
+		return nil, c.errorf(nil, left, "") // the caller left while the store looked: say so
+	}
 	if reason != nil {
 		return nil, &fallbackRefusal{err, reason}
 	}
@@ -598,40 +602,50 @@ func (c *call) fallback(err error) (*http.Response, error) {
 // fallbackOnStatus answers, with OnTransient, a call whose retries ran out on
 // a 500, 502, 503 or 504 (what RFC 5861's stale-if-error counts as an
 // error) with the kept response instead, and the upstream's own response,
-// untouched, when there is none to serve.
-func (c *call) fallbackOnStatus(resp *http.Response) *http.Response {
+// untouched, when there is none to serve. A caller that left while the
+// store looked gets its own error, and the upstream's response is
+// discarded.
+func (c *call) fallbackOnStatus(resp *http.Response) (*http.Response, error) {
 	switch resp.StatusCode {
 	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 	default:
-		return resp
+		return resp, nil
 	}
 	if !c.cfg.Fallback.OnTransient || c.callerLeft() != nil {
-		return resp
+		return resp, nil
 	}
-	kept, reason := c.stale()
+	kept, reason, left := c.stale()
+	if left != nil {
+		c.discard(resp)
+		return nil, c.errorf(nil, left, "")
+	}
 	if reason != nil {
-		return resp
+		return resp, nil
 	}
 	c.discard(resp) // the upstream's error answer gives way to the kept one
 	c.emit(Event{Kind: EventFallback, StatusCode: kept.StatusCode})
-	return kept
+	return kept, nil
 }
 
 // stale returns the response kept for the call's request, labelled and
 // with its Age, or why there is none to serve: ErrFallbackIneligible,
-// ErrFallbackNone or ErrFallbackTooStale.
-func (c *call) stale() (*http.Response, error) {
+// ErrFallbackNone or ErrFallbackTooStale; or, when the caller left while
+// the store looked, the caller's error as left.
+func (c *call) stale() (resp *http.Response, reason, left error) {
 	key := fallbackKey(c.cfg, c.req)
 	if key == "" {
-		return nil, ErrFallbackIneligible
+		return nil, ErrFallbackIneligible, nil
 	}
 	store := c.h.fallbackStore(c.cfg)
-	e, ok := store.Get(c.req.Context(), key)
-	if ok && e.Vary != nil {
-		e, ok = store.Get(c.req.Context(), variantKey(key, c.req, e.Vary))
+	e, ok, left := c.storeGet(store, key)
+	if left == nil && ok && e != nil && e.Vary != nil {
+		e, ok, left = c.storeGet(store, variantKey(key, c.req, e.Vary))
+	}
+	if left != nil {
+		return nil, nil, left
 	}
 	if !ok || e == nil || e.Vary != nil {
-		return nil, ErrFallbackNone
+		return nil, ErrFallbackNone, nil
 	}
 	// The time since it was kept (a clock stepped back makes it fresh, not
 	// negative) plus the Age it came with, both at most 2^31 s, and so is
@@ -646,12 +660,12 @@ func (c *call) stale() (*http.Response, error) {
 		}
 	}
 	if age > bound {
-		return nil, ErrFallbackTooStale
+		return nil, ErrFallbackTooStale, nil
 	}
 	h := canonicalClone(e.Header) // the label and Age replace any spelling of theirs
 	h.Set(c.cfg.Fallback.Header, "stale")
 	h.Set("Age", strconv.FormatInt(int64(age/time.Second), 10))
-	resp := &http.Response{
+	resp = &http.Response{
 		Status:        strconv.Itoa(e.StatusCode) + " " + http.StatusText(e.StatusCode),
 		StatusCode:    e.StatusCode,
 		Proto:         "HTTP/1.1",
@@ -665,7 +679,63 @@ func (c *call) stale() (*http.Response, error) {
 	if c.req.Method == http.MethodGet && len(e.Body) > 0 {
 		resp.Body = io.NopCloser(bytes.NewReader(e.Body))
 	}
-	return resp, nil
+	return resp, nil, nil
+}
+
+// maxLateStoreGets bounds the Gets of a plugged-in store still running for
+// callers that left: past it, a store that does not return on its context
+// is not asked again until some return, so that it cannot pile up
+// goroutines during an outage.
+const maxLateStoreGets = 64
+
+// storeGet returns the entry store keeps under key, or, when the caller
+// leaves first, the caller's error as left: a caller that left is never
+// answered, nor kept waiting for a store that does not honour its
+// context. The built-in store never blocks, and is asked on the caller's
+// goroutine; so is a plugged-in one when nothing can end the caller's
+// wait. Otherwise the Get runs on a goroutine of its own, which the
+// caller stops waiting for once it leaves.
+func (c *call) storeGet(store FallbackStore, key string) (e *FallbackEntry, ok bool, left error) {
+	ctx := c.req.Context()
+	if _, builtIn := store.(*lruStore); builtIn || (ctx.Done() == nil && c.req.Cancel == nil) {
+		e, ok = store.Get(ctx, key)
+		return e, ok, c.callerLeft()
+	}
+	if c.h.fbLate.Load() >= maxLateStoreGets {
+		return nil, false, c.callerLeft()
+	}
+	type got struct {
+		e  *FallbackEntry
+		ok bool
+	}
+	const (
+		waiting  = iota
+		returned // the store returned while the caller waited
+		late     // the caller left first: the Get counts in fbLate until it returns
+	)
+	var state atomic.Int32
+	answer := make(chan got, 1)
+	go func() {
+		e, ok := store.Get(ctx, key)
+		answer <- got{e, ok}
+		if !state.CompareAndSwap(waiting, returned) {
+			c.h.fbLate.Add(-1)
+		}
+	}()
+	var why error
+	select {
+	case g := <-answer:
+		return g.e, g.ok, c.callerLeft()
+	case <-ctx.Done():
+		why = ctx.Err()
+	case <-c.req.Cancel: // nil, and so never ready, unless the caller set it
+		why = errRequestCanceled
+	}
+	c.h.fbLate.Add(1)
+	if !state.CompareAndSwap(waiting, late) {
+		c.h.fbLate.Add(-1) // it returned meanwhile
+	}
+	return nil, false, why
 }
 
 // canonicalClone returns a copy of h with every name in canonical form, the

@@ -1286,3 +1286,191 @@ func memoryBoundChunked(t *testing.T, maxBytes int64, calls int, size func(int) 
 	h.fbStore.mu.Unlock()
 	runtime.KeepAlive(h)
 }
+
+// blockingStore is a mapStore whose Get, once blocking is set, says it
+// was entered and then waits for release, ignoring its context; or, with
+// onDone, waits for its context and answers then, as a store that answers
+// just as the caller leaves.
+type blockingStore struct {
+	mapStore
+	blocking atomic.Bool
+	onDone   bool
+	entered  chan struct{}
+	release  chan struct{}
+	running  sync.WaitGroup
+	ctxs     chan context.Context // every ctx Get and Put are given, if not nil
+}
+
+func newBlockingStore() *blockingStore {
+	return &blockingStore{mapStore: mapStore{m: map[string]*FallbackEntry{}},
+		entered: make(chan struct{}, 100), release: make(chan struct{})}
+}
+
+func (s *blockingStore) Get(ctx context.Context, k string) (*FallbackEntry, bool) {
+	if s.ctxs != nil {
+		s.ctxs <- ctx
+	}
+	if s.blocking.Load() {
+		s.running.Add(1)
+		defer s.running.Done()
+		s.entered <- struct{}{}
+		if s.onDone {
+			<-ctx.Done()
+		} else {
+			<-s.release
+		}
+	}
+	return s.mapStore.Get(ctx, k)
+}
+
+func (s *blockingStore) Put(ctx context.Context, k string, e *FallbackEntry) {
+	if s.ctxs != nil {
+		s.ctxs <- ctx
+	}
+	s.mapStore.Put(ctx, k, e)
+}
+
+// A slow store never outlives its caller: a caller whose context is done
+// while the store looks up its response gets its context's error at once,
+// never the kept response, whether or not the store honours the context.
+func TestFallbackSlowStoreCallerLeaves(t *testing.T) {
+	var failing atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if failing.Load() {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "kept")
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		name     string
+		onDone   bool // the store answers when the context is done
+		deadline bool // the caller's deadline passes, rather than a cancel
+		status   bool // the call failed on a 503 (OnTransient), not on an open circuit
+	}{
+		{name: "store ignores ctx, caller cancels"},
+		{name: "store ignores ctx, deadline passes", deadline: true},
+		{name: "store answers as ctx is done", onDone: true},
+		{name: "after a 503, store ignores ctx", status: true},
+		{name: "after a 503, store answers as ctx is done", status: true, onDone: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			failing.Store(false)
+			st := newBlockingStore()
+			st.onDone = tc.onDone
+			h, err := NewHandler(Options{
+				Fallback: FallbackOptions{Enabled: true, Store: st, OnTransient: true},
+				Retry:    RetryOptions{Disabled: true},
+			})
+			require.NoError(t, err)
+			tr := h.Transport(&http.Transport{})
+			defer tr.CloseIdleConnections()
+			resp, err := tr.RoundTrip(newTestRequest(t, context.Background(), http.MethodGet, srv.URL+"/s", nil))
+			require.NoError(t, err)
+			require.Equal(t, "kept", readBody(t, resp))
+			require.Len(t, st.keys(), 1)
+			if tc.status {
+				failing.Store(true)
+			} else {
+				h.IsolateCircuit()
+			}
+			st.blocking.Store(true)
+
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			want := context.Canceled
+			if tc.deadline {
+				ctx, cancel = context.WithTimeout(ctx, 20*time.Millisecond)
+				defer cancel()
+				want = context.DeadlineExceeded
+			}
+			type answer struct {
+				resp *http.Response
+				err  error
+			}
+			got := make(chan answer, 1)
+			go func() {
+				resp, err := tr.RoundTrip(newTestRequest(t, ctx, http.MethodGet, srv.URL+"/s", nil))
+				got <- answer{resp, err}
+			}()
+			<-st.entered
+			if !tc.deadline {
+				cancel()
+			}
+			select {
+			case a := <-got:
+				if a.resp != nil {
+					a.resp.Body.Close()
+				}
+				assert.Nil(t, a.resp, "a caller that left is not answered")
+				require.Error(t, a.err)
+				assert.ErrorIs(t, a.err, want)
+				assert.NotErrorIs(t, a.err, ErrFallbackRefused)
+				assert.True(t, strings.HasPrefix(a.err.Error(), "resilience: "), a.err.Error())
+			case <-time.After(10 * time.Second):
+				t.Fatal("the caller was kept waiting for the store")
+			}
+			close(st.release)
+			st.running.Wait()
+		})
+	}
+}
+
+// The store is given the caller's context.
+func TestFallbackStoreGetsCallerContext(t *testing.T) {
+	type key struct{}
+	st := newBlockingStore()
+	st.ctxs = make(chan context.Context, 10)
+	fx := newFallbackFixture(t, FallbackOptions{Store: st})
+	ctx := context.WithValue(context.Background(), key{}, "caller")
+	for range 2 {
+		resp, err := fx.client.Do(newTestRequest(t, ctx, http.MethodGet, fx.srv.URL+"/c", nil))
+		require.NoError(t, err)
+		readBody(t, resp)
+		fx.h.IsolateCircuit()
+	}
+	close(st.ctxs)
+	n := 0
+	for c := range st.ctxs {
+		assert.Equal(t, "caller", c.Value(key{}))
+		n++
+	}
+	assert.Equal(t, 2, n, "one Put, one Get")
+}
+
+// Gets that outlive their callers are bounded: past maxLateStoreGets, the
+// store is not asked and the call is refused (none kept) at once.
+func TestFallbackLateStoreGetsBounded(t *testing.T) {
+	st := newBlockingStore()
+	st.entered = make(chan struct{}, maxLateStoreGets+1)
+	fx := newFallbackFixture(t, FallbackOptions{Store: st})
+	_, _, err := fx.do(t, "GET", "/b")
+	require.NoError(t, err)
+	fx.h.IsolateCircuit()
+	st.blocking.Store(true)
+	for range maxLateStoreGets {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := fx.client.Do(newTestRequest(t, ctx, http.MethodGet, fx.srv.URL+"/b", nil))
+			done <- err
+		}()
+		<-st.entered
+		cancel()
+		assert.ErrorIs(t, <-done, context.Canceled)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err = fx.client.Do(newTestRequest(t, ctx, http.MethodGet, fx.srv.URL+"/b", nil))
+	refused(t, err, ErrFallbackNone)
+	assert.Empty(t, st.entered, "the store was not asked")
+	close(st.release)
+	st.running.Wait()
+	st.blocking.Store(false)
+	require.Eventually(t, func() bool { return fx.h.fbLate.Load() == 0 }, 5*time.Second, time.Millisecond)
+	resp, err := fx.client.Do(newTestRequest(t, ctx, http.MethodGet, fx.srv.URL+"/b", nil))
+	require.NoError(t, err, "asked again once they returned")
+	assert.Equal(t, "stale", resp.Header.Get("X-Resilience-Fallback"))
+	readBody(t, resp)
+}
