@@ -49,7 +49,8 @@ type FallbackOptions struct {
 	// kept. Default 1 MiB.
 	MaxEntryBytes int64
 
-	// MaxBytes bounds the built-in store: bodies, headers and keys. The
+	// MaxBytes bounds the built-in store, on what its entries hold: the
+	// bodies' buffers, headers and keys, and the store's bookkeeping. The
 	// least recently used responses are forgotten first. Default 64 MiB.
 	MaxBytes int64
 
@@ -69,14 +70,17 @@ type FallbackOptions struct {
 	// serve, such a response reaches the caller untouched.
 	OnTransient bool
 
-	// ShareCredentialed keeps responses to requests that carry an
-	// Authorization or Cookie header, keyed by those headers, so that a
+	// ShareCredentialed keeps responses to requests that carry
+	// credentials (an Authorization or Cookie header, in any case, or
+	// userinfo in the URL), keyed by a SHA-256 hash of them, so that a
 	// response is only ever served for the same credentials. By default
 	// such responses are never kept.
 	ShareCredentialed bool
 
 	// Store keeps the responses; nil is the built-in store, bounded by
-	// MaxBytes. It is not part of the JSON configuration.
+	// MaxBytes. It is not part of the JSON configuration. A caller that
+	// leaves while its Get runs gets its context's error at once
+	// (FallbackStore).
 	Store FallbackStore
 }
 
