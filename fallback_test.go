@@ -1390,8 +1390,9 @@ func TestFallbackSlowStoreCallerLeaves(t *testing.T) {
 				err  error
 			}
 			got := make(chan answer, 1)
+			req := newTestRequest(t, ctx, http.MethodGet, srv.URL+"/s", nil)
 			go func() {
-				resp, err := tr.RoundTrip(newTestRequest(t, ctx, http.MethodGet, srv.URL+"/s", nil))
+				resp, err := tr.RoundTrip(req)
 				got <- answer{resp, err}
 			}()
 			<-st.entered
@@ -1452,8 +1453,9 @@ func TestFallbackLateStoreGetsBounded(t *testing.T) {
 	for range maxLateStoreGets {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
+		req := newTestRequest(t, ctx, http.MethodGet, fx.srv.URL+"/b", nil)
 		go func() {
-			_, err := fx.client.Do(newTestRequest(t, ctx, http.MethodGet, fx.srv.URL+"/b", nil))
+			_, err := fx.client.Do(req)
 			done <- err
 		}()
 		<-st.entered
