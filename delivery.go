@@ -52,6 +52,9 @@ func (c *call) deliver(resp *http.Response) {
 	resp.Request = c.req
 	switch {
 	case resp.Body == nil || resp.Body == http.NoBody:
+		if c.cfg.Fallback.Enabled {
+			c.keepEmpty(resp) // fallback.go
+		}
 		c.finish()
 	case resp.StatusCode == http.StatusSwitchingProtocols:
 		// The body is the upgraded connection: no deadline applies to it

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -47,12 +49,18 @@ type FallbackOptions struct {
 	// kept. Default 1 MiB.
 	MaxEntryBytes int64
 
-	// MaxBytes bounds the built-in store: bodies, headers and keys. The
+	// MaxBytes bounds the built-in store, on what its entries hold: the
+	// bodies' buffers, headers and keys, and the store's bookkeeping. The
 	// least recently used responses are forgotten first. Default 64 MiB.
 	MaxBytes int64
 
 	// Header is the response header that labels a served fallback, with
-	// the value "stale". Default "X-Resilience-Fallback".
+	// the value "stale". Default "X-Resilience-Fallback". It may not name,
+	// in any case, a field the label would overwrite and the response
+	// depends on: Connection, Keep-Alive, Proxy-*, TE, Trailer,
+	// Transfer-Encoding, Upgrade (hop-by-hop), Content-* (framing and
+	// the body's description), Age, Cache-Control, Date, ETag, Expires,
+	// Last-Modified, Pragma, Vary, Warning (caching) or Set-Cookie.
 	Header string
 
 	// OnTransient also serves a fallback when retries ran out on a
@@ -62,14 +70,17 @@ type FallbackOptions struct {
 	// serve, such a response reaches the caller untouched.
 	OnTransient bool
 
-	// ShareCredentialed keeps responses to requests that carry an
-	// Authorization or Cookie header, keyed by those headers, so that a
+	// ShareCredentialed keeps responses to requests that carry
+	// credentials (an Authorization or Cookie header, in any case, or
+	// userinfo in the URL), keyed by a SHA-256 hash of them, so that a
 	// response is only ever served for the same credentials. By default
 	// such responses are never kept.
 	ShareCredentialed bool
 
 	// Store keeps the responses; nil is the built-in store, bounded by
-	// MaxBytes. It is not part of the JSON configuration.
+	// MaxBytes. It is not part of the JSON configuration. A caller that
+	// leaves while its Get runs gets its context's error at once
+	// (FallbackStore).
 	Store FallbackStore
 }
 
@@ -128,6 +139,9 @@ func resolveFallback(f *FallbackOptions, bad func(string, any, string) error) er
 		return bad("Fallback.MaxBytes", f.MaxBytes, "must not be negative")
 	case f.Header != "" && !validHeaderName(f.Header):
 		return bad("Fallback.Header", f.Header, "must be a valid header field name")
+	case f.Header != "" && reservedLabel(f.Header):
+		return bad("Fallback.Header", f.Header,
+			"must not name a hop-by-hop, framing or caching header field, which the label would overwrite")
 	}
 	if f.MaxStale == 0 {
 		f.MaxStale = DefaultFallbackMaxStale
@@ -146,6 +160,26 @@ func resolveFallback(f *FallbackOptions, bad func(string, any, string) error) er
 	}
 	f.Header = http.CanonicalHeaderKey(f.Header)
 	return nil
+}
+
+// reservedLabel reports whether name, in any case, is a header field the
+// label must not overwrite: hop-by-hop fields (RFC 9110 section 7.6.1:
+// Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding,
+// Upgrade), the fields that frame or describe the body (Content-*), those
+// caching and freshness depend on (RFC 9111: Age, Cache-Control, Date,
+// ETag, Expires, Last-Modified, Pragma, Vary, Warning), and Set-Cookie.
+func reservedLabel(name string) bool {
+	name = http.CanonicalHeaderKey(name)
+	if strings.HasPrefix(name, "Proxy-") || strings.HasPrefix(name, "Content-") {
+		return true
+	}
+	switch name {
+	case "Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+		"Age", "Cache-Control", "Date", "Etag", "Expires", "Last-Modified", "Pragma", "Vary", "Warning",
+		"Set-Cookie":
+		return true
+	}
+	return false
 }
 
 // validHeaderName reports whether s is an RFC 9110 token.
@@ -177,28 +211,152 @@ func (h *Handler) fallbackNow() time.Time {
 	return time.Now()
 }
 
-// credentialed reports whether req carries credentials.
+// credentialed reports whether req carries credentials: an Authorization
+// or Cookie field, whatever the case of its name, or userinfo in its URL.
 func credentialed(req *http.Request) bool {
-	return req.Header.Get("Authorization") != "" || req.Header.Get("Cookie") != ""
+	return req.URL.User != nil || opaqueUserinfo(req.URL) != "" ||
+		hasHeader(req.Header, "Authorization") || hasHeader(req.Header, "Cookie")
 }
 
-// cacheDirective reports whether a Cache-Control header of h holds the
-// directive name, and its argument.
+// opaqueUserinfo returns the userinfo of an opaque URL that names its
+// authority ("//user:pw@host/path", sent as it is), or "".
+func opaqueUserinfo(u *url.URL) string {
+	rest, ok := strings.CutPrefix(u.Opaque, "//")
+	if !ok {
+		return ""
+	}
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		rest = rest[:i]
+	}
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		return rest[:at]
+	}
+	return ""
+}
+
+// cacheDirective reports whether a Cache-Control field of h holds the
+// directive name, and the argument of its first occurrence (RFC 9111
+// section 4.2.1), unquoted. The fields are parsed as section 5.2 writes
+// them: a list of directives, each a token, optionally "=" and a token or
+// a quoted-string, which may hold commas and quoted-pairs; names compare
+// case-insensitively; white space around "=" is tolerated; what does not
+// parse is skipped up to the next comma outside quotes. A qualified
+// no-cache or private (with a list of field names) is found like the
+// unqualified form, which the fallback layer treats it as.
 func cacheDirective(h http.Header, name string) (string, bool) {
-	for _, line := range h.Values("Cache-Control") {
-		for _, d := range strings.Split(line, ",") {
-			d = strings.TrimSpace(d)
-			k, v, _ := strings.Cut(d, "=")
-			if strings.EqualFold(strings.TrimSpace(k), name) {
-				return strings.Trim(strings.TrimSpace(v), `"`), true
+	for _, line := range headerValues(h, "Cache-Control") {
+		for line != "" {
+			var k, v string
+			k, v, line = nextDirective(line)
+			if k != "" && strings.EqualFold(k, name) {
+				return v, true
 			}
 		}
 	}
 	return "", false
 }
 
+// nextDirective parses the first directive of the Cache-Control list s,
+// and returns its name, its argument and the rest of the list.
+func nextDirective(s string) (name, arg, rest string) {
+	s = strings.TrimLeft(s, " \t,")
+	i := 0
+	for i < len(s) && tokenChar(s[i]) {
+		i++
+	}
+	name, s = s[:i], strings.TrimLeft(s[i:], " \t")
+	if strings.HasPrefix(s, "=") {
+		s = strings.TrimLeft(s[1:], " \t")
+		if strings.HasPrefix(s, `"`) {
+			var b strings.Builder
+			j, closed := 1, false
+			for ; j < len(s); j++ {
+				if c := s[j]; c == '"' {
+					closed = true
+					j++
+					break
+				} else if c == '\\' && j+1 < len(s) {
+					j++
+				}
+				b.WriteByte(s[j])
+			}
+			if !closed {
+				return "", "", "" // the rest of the field is inside the quotes
+			}
+			arg, s = b.String(), s[j:]
+		} else {
+			j := 0
+			for j < len(s) && tokenChar(s[j]) {
+				j++
+			}
+			arg, s = s[:j], s[j:]
+		}
+	}
+	// Up to the next comma outside quotes: junk, if the directive did not
+	// end there, makes the whole element invalid.
+	if s = strings.TrimLeft(s, " \t"); s != "" && s[0] != ',' {
+		name, arg = "", ""
+		for quoted, j := false, 0; j < len(s); j++ {
+			switch c := s[j]; {
+			case c == '\\' && quoted:
+				j++
+			case c == '"':
+				quoted = !quoted
+			case c == ',' && !quoted:
+				return "", "", s[j:]
+			}
+		}
+		return "", "", ""
+	}
+	return name, arg, s
+}
+
+// tokenChar reports whether c may appear in an RFC 9110 token.
+func tokenChar(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// maxDeltaSeconds is what a delta-seconds too large for us reads as: RFC
+// 9111 section 1.2.2 asks for 2^31 or the greatest integer one can
+// represent, and never to send an Age greater than 2^31 (section 5.1).
+const maxDeltaSeconds = 1 << 31
+
+// deltaSeconds parses s as RFC 9111's delta-seconds (1*DIGIT, no sign, no
+// white space), a value greater than 2^31 as 2^31.
+func deltaSeconds(s string) (int64, bool) {
+	if s == "" {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if n < maxDeltaSeconds { // past it, the digits only need checking
+			n = n*10 + int64(c-'0')
+		}
+	}
+	return min(n, maxDeltaSeconds), true
+}
+
+// receivedAge returns the Age h came with, as RFC 9111 section 5.1 reads
+// it: the first member of the field's list, ignored (0) when it is not a
+// delta-seconds.
+func receivedAge(h http.Header) time.Duration {
+	v, _, _ := strings.Cut(firstValue(h, "Age"), ",")
+	s, ok := deltaSeconds(strings.Trim(v, " \t"))
+	if !ok {
+		return 0
+	}
+	return time.Duration(s) * time.Second
+}
+
 // fallbackKey is the key of req's kept response, without its Vary part, or
-// "" when req may not be answered from, or kept in, the store.
+// "" when req may not be answered from, or kept in, the store. The key is
+// the target the request is sent to (fallbackTarget), never its userinfo;
+// a credentialed request's key ends with a hash of its credentials.
 func fallbackKey(cfg *config, req *http.Request) string {
 	if req.Method != http.MethodGet && req.Method != http.MethodHead {
 		return ""
@@ -206,22 +364,69 @@ func fallbackKey(cfg *config, req *http.Request) string {
 	if _, ok := cacheDirective(req.Header, "no-store"); ok {
 		return ""
 	}
-	u := *req.URL
-	u.Fragment, u.RawFragment = "", ""
-	key := "GET " + u.String()
+	key := "GET " + fallbackTarget(req)
 	if credentialed(req) {
 		if !cfg.Fallback.ShareCredentialed {
 			return ""
 		}
 		sum := sha256.New()
+		if u := req.URL.User; u != nil {
+			sum.Write([]byte("userinfo:" + u.String() + "\n"))
+		}
+		if ui := opaqueUserinfo(req.URL); ui != "" {
+			sum.Write([]byte("userinfo:" + ui + "\n"))
+		}
 		for _, name := range []string{"Authorization", "Cookie"} {
-			for _, v := range req.Header.Values(name) {
+			for _, v := range headerValues(req.Header, name) {
 				sum.Write([]byte(name + ":" + v + "\n"))
 			}
 		}
 		key += "\x00cred=" + hex.EncodeToString(sum.Sum(nil))
 	}
 	return key
+}
+
+// fallbackTarget returns the target req is sent to, as its key names it:
+// scheme://host[:port] and the request-target of the request line (path
+// and query, no fragment, no userinfo), the scheme and host in lower case
+// and a default port left out; then, when req.Host names another host
+// than the URL (the Host header the server reads, for a virtual host),
+// "\x00host=" and that host.
+func fallbackTarget(req *http.Request) string {
+	u := req.URL
+	scheme := strings.ToLower(u.Scheme)
+	host := keyHost(scheme, u.Host)
+	target := u.RequestURI()
+	if strings.HasPrefix(u.Opaque, "//") { // scheme://authority/path, sent as it is: without its userinfo
+		rest := strings.TrimPrefix(target, u.Scheme+"://")
+		auth, path := rest, ""
+		if i := strings.IndexAny(rest, "/?"); i >= 0 {
+			auth, path = rest[:i], rest[i:]
+		}
+		if at := strings.LastIndexByte(auth, '@'); at >= 0 {
+			auth = auth[at+1:]
+		}
+		target = "\x00opaque=" + keyHost(scheme, auth) + path
+	}
+	key := scheme + "://" + host + target
+	if req.Host != "" {
+		if vh := keyHost(scheme, req.Host); vh != host {
+			key += "\x00host=" + vh
+		}
+	}
+	return key
+}
+
+// keyHost returns host in lower case, without the scheme's default port.
+func keyHost(scheme, host string) string {
+	host = strings.ToLower(host)
+	switch {
+	case scheme == "http" && strings.HasSuffix(host, ":80"):
+		host = strings.TrimSuffix(host, ":80")
+	case scheme == "https" && strings.HasSuffix(host, ":443"):
+		host = strings.TrimSuffix(host, ":443")
+	}
+	return strings.TrimSuffix(host, ":")
 }
 
 // variantKey is the key of the response kept for req under key, whose
@@ -231,7 +436,7 @@ func variantKey(key string, req *http.Request, names []string) string {
 	b.WriteString(key)
 	b.WriteString("\x00vary")
 	for _, n := range names {
-		b.WriteString("\x00" + n + "=" + strings.Join(req.Header.Values(n), ","))
+		b.WriteString("\x00" + n + "=" + strings.Join(headerValues(req.Header, n), ","))
 	}
 	return b.String()
 }
@@ -240,7 +445,7 @@ func variantKey(key string, req *http.Request, names []string) string {
 // sorted, and false for Vary: *.
 func varyNames(resp *http.Response) ([]string, bool) {
 	var names []string
-	for _, line := range resp.Header.Values("Vary") {
+	for _, line := range headerValues(resp.Header, "Vary") {
 		for _, n := range strings.Split(line, ",") {
 			n = strings.TrimSpace(n)
 			if n == "*" {
@@ -256,32 +461,50 @@ func varyNames(resp *http.Response) ([]string, bool) {
 }
 
 // keeping returns the body to read resp through: a tee that keeps the
-// response when it is read to EOF if a shared cache could store it (a 200
-// to a GET, without no-store, private, no-cache, must-revalidate,
-// proxy-revalidate, Set-Cookie or Vary: *, and whose
-// request carried no credentials unless ShareCredentialed), else resp.Body.
+// response when it is read to EOF if the fallback layer may keep it
+// (keeper), else resp.Body.
 func (c *call) keeping(resp *http.Response) io.ReadCloser {
+	if t := c.keeper(resp); t != nil {
+		return t
+	}
+	return resp.Body
+}
+
+// keepEmpty keeps resp, which has no body (an empty 200 the transport gave
+// http.NoBody), if the fallback layer may keep it: an empty answer is an
+// answer, and replaces the one kept before.
+func (c *call) keepEmpty(resp *http.Response) {
+	if t := c.keeper(resp); t != nil {
+		t.put()
+	}
+}
+
+// keeper returns the keeper of resp if a shared cache could store it (a 200
+// to a GET, without no-store, private, no-cache, must-revalidate,
+// proxy-revalidate, Set-Cookie or Vary: *, and whose request carried no
+// credentials unless ShareCredentialed), else nil.
+func (c *call) keeper(resp *http.Response) *keeper {
 	f := &c.cfg.Fallback
 	if c.req.Method != http.MethodGet || resp.StatusCode != http.StatusOK || resp.ContentLength > f.MaxEntryBytes {
-		return resp.Body
+		return nil
 	}
 	key := fallbackKey(c.cfg, c.req)
 	if key == "" {
-		return resp.Body
+		return nil
 	}
 	// RFC 9111 4.2.4: no-cache, must-revalidate and proxy-revalidate forbid
 	// serving the response stale.
 	for _, d := range []string{"no-store", "private", "no-cache", "must-revalidate", "proxy-revalidate"} {
 		if _, ok := cacheDirective(resp.Header, d); ok {
-			return resp.Body
+			return nil
 		}
 	}
-	if resp.Header.Get("Set-Cookie") != "" {
-		return resp.Body
+	if hasHeader(resp.Header, "Set-Cookie") {
+		return nil
 	}
 	vary, ok := varyNames(resp)
 	if !ok {
-		return resp.Body
+		return nil
 	}
 	t := &keeper{rc: resp.Body, h: c.h, store: c.h.fallbackStore(c.cfg), key: key, vary: vary,
 		req: c.req, max: f.MaxEntryBytes, status: resp.StatusCode, header: resp.Header.Clone()}
@@ -331,17 +554,24 @@ func (t *keeper) Read(p []byte) (int, error) {
 func (t *keeper) Close() error { return t.rc.Close() }
 
 func (t *keeper) put() {
-	e := &FallbackEntry{StatusCode: t.status, Header: t.header, Body: t.buf, Stored: t.h.fallbackNow()}
+	body := t.buf
 	t.buf = nil
-	if e.Body == nil {
-		e.Body = []byte{}
+	if cap(body) != len(body) {
+		// A body of unknown length grew by append, to up to about 1.25
+		// times its length: keep it in a buffer of its size, so that what
+		// the store counts is what it holds.
+		body = append(make([]byte, 0, len(body)), body...)
 	}
+	if body == nil {
+		body = []byte{}
+	}
+	e := &FallbackEntry{StatusCode: t.status, Header: t.header, Body: body, Stored: t.h.fallbackNow()}
 	if len(t.vary) == 0 {
-		t.store.Put(t.key, e)
+		t.store.Put(t.req.Context(), t.key, e)
 		return
 	}
-	t.store.Put(t.key, &FallbackEntry{Vary: t.vary, Stored: e.Stored})
-	t.store.Put(variantKey(t.key, t.req, t.vary), e)
+	t.store.Put(t.req.Context(), t.key, &FallbackEntry{Vary: t.vary, Stored: e.Stored})
+	t.store.Put(t.req.Context(), variantKey(t.key, t.req, t.vary), e)
 }
 
 // fallbackServes reports whether the call's error err is one the fallback
@@ -362,7 +592,10 @@ func (c *call) fallback(err error) (*http.Response, error) {
 	if !c.fallbackServes(err) {
 		return nil, err
 	}
-	resp, reason := c.stale()
+	resp, reason, left := c.stale()
+	if left != nil {
+		return nil, c.errorf(nil, left, "") // the caller left while the store looked: say so
+	}
 	if reason != nil {
 		return nil, &fallbackRefusal{err, reason}
 	}
@@ -373,58 +606,70 @@ func (c *call) fallback(err error) (*http.Response, error) {
 // fallbackOnStatus answers, with OnTransient, a call whose retries ran out on
 // a 500, 502, 503 or 504 (what RFC 5861's stale-if-error counts as an
 // error) with the kept response instead, and the upstream's own response,
-// untouched, when there is none to serve.
-func (c *call) fallbackOnStatus(resp *http.Response) *http.Response {
+// untouched, when there is none to serve. A caller that left while the
+// store looked gets its own error, and the upstream's response is
+// discarded.
+func (c *call) fallbackOnStatus(resp *http.Response) (*http.Response, error) {
 	switch resp.StatusCode {
 	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 	default:
-		return resp
+		return resp, nil
 	}
 	if !c.cfg.Fallback.OnTransient || c.callerLeft() != nil {
-		return resp
+		return resp, nil
 	}
-	kept, reason := c.stale()
+	kept, reason, left := c.stale()
+	if left != nil {
+		c.discard(resp)
+		return nil, c.errorf(nil, left, "")
+	}
 	if reason != nil {
-		return resp
+		return resp, nil
 	}
 	c.discard(resp) // the upstream's error answer gives way to the kept one
 	c.emit(Event{Kind: EventFallback, StatusCode: kept.StatusCode})
-	return kept
+	return kept, nil
 }
 
 // stale returns the response kept for the call's request, labelled and
 // with its Age, or why there is none to serve: ErrFallbackIneligible,
-// ErrFallbackNone or ErrFallbackTooStale.
-func (c *call) stale() (*http.Response, error) {
+// ErrFallbackNone or ErrFallbackTooStale; or, when the caller left while
+// the store looked, the caller's error as left.
+func (c *call) stale() (resp *http.Response, reason, left error) {
 	key := fallbackKey(c.cfg, c.req)
 	if key == "" {
-		return nil, ErrFallbackIneligible
+		return nil, ErrFallbackIneligible, nil
 	}
 	store := c.h.fallbackStore(c.cfg)
-	e, ok := store.Get(key)
-	if ok && e.Vary != nil {
-		e, ok = store.Get(variantKey(key, c.req, e.Vary))
+	e, ok, left := c.storeGet(store, key)
+	if left == nil && ok && e != nil && e.Vary != nil {
+		e, ok, left = c.storeGet(store, variantKey(key, c.req, e.Vary))
+	}
+	if left != nil {
+		return nil, nil, left
 	}
 	if !ok || e == nil || e.Vary != nil {
-		return nil, ErrFallbackNone
+		return nil, ErrFallbackNone, nil
 	}
-	age := max(0, c.h.fallbackNow().Sub(e.Stored)) // a clock stepped back makes it fresh, not negative
-	if s, err := strconv.ParseInt(strings.TrimSpace(e.Header.Get("Age")), 10, 64); err == nil && s > 0 {
-		age += time.Duration(min(s, 1<<32)) * time.Second
-	}
+	// The time since it was kept (a clock stepped back makes it fresh, not
+	// negative) plus the Age it came with, both at most 2^31 s, and so is
+	// their sum: no overflow, and never an Age above 2^31 served.
+	const maxAge = maxDeltaSeconds * time.Second
+	resident := min(max(0, c.h.fallbackNow().Sub(e.Stored)), maxAge)
+	age := min(resident+receivedAge(e.Header), maxAge)
 	bound := c.cfg.Fallback.MaxStale
 	if v, ok := cacheDirective(e.Header, "stale-if-error"); ok {
-		if s, err := strconv.ParseInt(v, 10, 64); err == nil && s >= 0 {
-			bound = time.Duration(min(s, 1<<32)) * time.Second
+		if s, ok := deltaSeconds(v); ok {
+			bound = time.Duration(s) * time.Second
 		}
 	}
 	if age > bound {
-		return nil, ErrFallbackTooStale
+		return nil, ErrFallbackTooStale, nil
 	}
-	h := e.Header.Clone()
+	h := canonicalClone(e.Header) // the label and Age replace any spelling of theirs
 	h.Set(c.cfg.Fallback.Header, "stale")
 	h.Set("Age", strconv.FormatInt(int64(age/time.Second), 10))
-	resp := &http.Response{
+	resp = &http.Response{
 		Status:        strconv.Itoa(e.StatusCode) + " " + http.StatusText(e.StatusCode),
 		StatusCode:    e.StatusCode,
 		Proto:         "HTTP/1.1",
@@ -438,7 +683,78 @@ func (c *call) stale() (*http.Response, error) {
 	if c.req.Method == http.MethodGet && len(e.Body) > 0 {
 		resp.Body = io.NopCloser(bytes.NewReader(e.Body))
 	}
-	return resp, nil
+	return resp, nil, nil
+}
+
+// maxLateStoreGets bounds the Gets of a plugged-in store still running for
+// callers that left: past it, a store that does not return on its context
+// is not asked again until some return, so that it cannot pile up
+// goroutines during an outage.
+const maxLateStoreGets = 64
+
+// storeGet returns the entry store keeps under key, or, when the caller
+// leaves first, the caller's error as left: a caller that left is never
+// answered, nor kept waiting for a store that does not honour its
+// context. The built-in store never blocks, and is asked on the caller's
+// goroutine; so is a plugged-in one when nothing can end the caller's
+// wait. Otherwise the Get runs on a goroutine of its own, which the
+// caller stops waiting for once it leaves.
+func (c *call) storeGet(store FallbackStore, key string) (e *FallbackEntry, ok bool, left error) {
+	ctx := c.req.Context()
+	if _, builtIn := store.(*lruStore); builtIn || (ctx.Done() == nil && c.req.Cancel == nil) {
+		e, ok = store.Get(ctx, key)
+		return e, ok, c.callerLeft()
+	}
+	if c.h.fbLate.Load() >= maxLateStoreGets {
+		return nil, false, c.callerLeft()
+	}
+	type got struct {
+		e  *FallbackEntry
+		ok bool
+	}
+	const (
+		waiting  = iota
+		returned // the store returned while the caller waited
+		late     // the caller left first: the Get counts in fbLate until it returns
+	)
+	var state atomic.Int32
+	answer := make(chan got, 1)
+	go func() {
+		e, ok := store.Get(ctx, key)
+		answer <- got{e, ok}
+		if !state.CompareAndSwap(waiting, returned) {
+			c.h.fbLate.Add(-1)
+		}
+	}()
+	var why error
+	select {
+	case g := <-answer:
+		return g.e, g.ok, c.callerLeft()
+	case <-ctx.Done():
+		why = ctx.Err()
+	case <-c.req.Cancel: // nil, and so never ready, unless the caller set it
+		why = errRequestCanceled
+	}
+	c.h.fbLate.Add(1)
+	if !state.CompareAndSwap(waiting, late) {
+		c.h.fbLate.Add(-1) // it returned meanwhile
+	}
+	return nil, false, why
+}
+
+// canonicalClone returns a copy of h with every name in canonical form, the
+// values of the spellings of one name together, so that Set replaces them
+// all. A header from a store or a RoundTripper other than net/http's may
+// hold names in any case.
+func canonicalClone(h http.Header) http.Header {
+	out := make(http.Header, len(h))
+	for k := range h {
+		ck := http.CanonicalHeaderKey(k)
+		if _, done := out[ck]; !done {
+			out[ck] = slices.Clone(headerValues(h, ck))
+		}
+	}
+	return out
 }
 
 // stringField decodes a JSON string.
@@ -464,4 +780,13 @@ var fallbackFields = fieldSet[FallbackOptions]{
 	"header":            stringField(func(o *FallbackOptions) *string { return &o.Header }),
 	"onTransient":       boolField(func(o *FallbackOptions) *bool { return &o.OnTransient }),
 	"shareCredentialed": boolField(func(o *FallbackOptions) *bool { return &o.ShareCredentialed }),
+}
+
+// firstValue returns the first value of h's field name, whatever the case
+// of its name, or "".
+func firstValue(h http.Header, name string) string {
+	if vs := headerValues(h, name); len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
 }

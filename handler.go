@@ -28,6 +28,7 @@ type Handler struct {
 
 	fbStore *lruStore        // the built-in fallback store, bounded by the current Fallback.MaxBytes
 	fbNow   func() time.Time // the fallback layer's clock; nil is time.Now (tests set it)
+	fbLate  atomic.Int64     // Gets of a plugged-in fallback store still running for callers that left (fallback.go)
 
 	latency latencySketch       // attempt latencies, for Hedging.DelayPercentile (hedgedelay.go)
 	load    extraLoad           // hedged calls and hedges, for Hedging.MaxExtraLoad (hedgeload.go)

@@ -96,9 +96,9 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 		return nil, err
 	}
 	if cfg.Fallback.Enabled && resp.StatusCode >= 500 {
-		if kept := c.fallbackOnStatus(resp); kept != resp {
+		if kept, err := c.fallbackOnStatus(resp); kept != resp {
 			c.finish()
-			return kept, nil
+			return kept, err
 		}
 	}
 	c.deliver(resp)
