@@ -742,21 +742,6 @@ func (c *call) storeGet(store FallbackStore, key string) (e *FallbackEntry, ok b
 	return nil, false, why
 }
 
-// canonicalClone returns a copy of h with every name in canonical form, the
-// values of the spellings of one name together, so that Set replaces them
-// all. A header from a store or a RoundTripper other than net/http's may
-// hold names in any case.
-func canonicalClone(h http.Header) http.Header {
-	out := make(http.Header, len(h))
-	for k := range h {
-		ck := http.CanonicalHeaderKey(k)
-		if _, done := out[ck]; !done {
-			out[ck] = slices.Clone(headerValues(h, ck))
-		}
-	}
-	return out
-}
-
 // stringField decodes a JSON string.
 func stringField[T any](field func(*T) *string) func(*T, json.RawMessage, string) error {
 	return func(v *T, raw json.RawMessage, path string) error {

@@ -2,7 +2,6 @@ package resilience
 
 import (
 	"net/http"
-	"net/textproto"
 	"slices"
 	"strings"
 )
@@ -51,22 +50,29 @@ func hasHeader(h http.Header, name string) bool {
 }
 
 // canonicalHeader returns h when every name in it is canonical, as in
-// every header net/http's Transport reads, and otherwise a copy whose
-// names are, the values of a name's spellings merged in the order
-// headerValues gives: for a base RoundTripper of another kind, whose
-// response may say "ratelimit". It allocates only then.
+// every header net/http's Transport reads, and otherwise canonicalClone(h):
+// for a base RoundTripper of another kind, whose response may say
+// "ratelimit". It allocates only then.
 func canonicalHeader(h http.Header) http.Header {
 	for k := range h {
-		if textproto.CanonicalMIMEHeaderKey(k) != k {
-			out := make(http.Header, len(h))
-			for k := range h {
-				ck := textproto.CanonicalMIMEHeaderKey(k)
-				if _, done := out[ck]; !done {
-					out[ck] = headerValues(h, ck)
-				}
-			}
-			return out
+		if http.CanonicalHeaderKey(k) != k {
+			return canonicalClone(h)
 		}
 	}
 	return h
+}
+
+// canonicalClone returns a copy of h with every name in canonical form, the
+// values of the spellings of one name together, so that Set replaces them
+// all. A header from a store or a RoundTripper other than net/http's may
+// hold names in any case.
+func canonicalClone(h http.Header) http.Header {
+	out := make(http.Header, len(h))
+	for k := range h {
+		ck := http.CanonicalHeaderKey(k)
+		if _, done := out[ck]; !done {
+			out[ck] = slices.Clone(headerValues(h, ck))
+		}
+	}
+	return out
 }
