@@ -113,6 +113,32 @@ func TestBadKeysAndBodies(t *testing.T) {
 	assert.Equal(t, 1, b.rows(t))
 }
 
+// Options.Header's promise: a Structured Field string is a key, its
+// unescaped value the key itself, spaces and escaped quotes and backslashes
+// included; an invalid one is refused with 400 before the store is asked.
+func TestStructuredFieldStringKeys(t *testing.T) {
+	b := sqliteBackend(t)
+	spy := &spyStore{Store: b.store}
+	mw, err := idempotency.New(spy, idempotency.Options{Principal: byHeader})
+	require.NoError(t, err)
+	h := mw.Handler(&orders{b: b})
+	for _, key := range []string{`"a b"`, `"a\"b"`, `"a\\b"`} {
+		first := serve(h, newReq("POST", "x", key, "acme"))
+		assert.Equal(t, http.StatusCreated, first.Code, "%s: %s", key, first.Body)
+		again := serve(h, newReq("POST", "x", key, "acme"))
+		assert.Equal(t, "true", again.Header().Get(idempotency.ReplayedHeader), key)
+		assert.Equal(t, first.Body.String(), again.Body.String(), key)
+	}
+	assert.Equal(t, 3, b.rows(t), "three keys, three rows")
+	claims := spy.claims.Load()
+	for _, key := range []string{`"a\nb"`, `"a b`, `"a"b"`, "\"a\tb\""} {
+		rec := serve(h, newReq("POST", "x", key, "acme"))
+		assert.Equal(t, http.StatusBadRequest, rec.Code, key)
+		assert.Contains(t, rec.Body.String(), "idempotency: invalid Idempotency-Key: ", key)
+	}
+	assert.Equal(t, claims, spy.claims.Load(), "an invalid key never reaches the store")
+}
+
 // Safe methods and, without RequireKey, unkeyed writes go to the handler
 // untouched.
 func TestPassThrough(t *testing.T) {

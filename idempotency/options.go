@@ -23,8 +23,11 @@ type Options struct {
 	Route func(*http.Request) string
 
 	// Header is the request header that carries the key. Default
-	// "Idempotency-Key" (IETF httpapi draft). A Structured Field string
-	// ("\"abc\"") is accepted as well as a bare token (abc).
+	// "Idempotency-Key" (IETF httpapi draft). Its value is a Structured
+	// Field string (RFC 9651: "\"a b\"", printable ASCII in quotes, with \"
+	// and \\ the only escapes), whose unescaped value is the key, or a bare
+	// key of printable ASCII without spaces, quotes or backslashes (abc,
+	// the same key as "\"abc\""). Anything else is refused with 400.
 	Header string
 
 	// RequireKey answers 400 to a request with an unsafe method and no key.
