@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -64,7 +66,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	raw, present := r.Header[m.opts.Header]
+	raw, present := headerValues(r.Header, m.opts.Header)
 	if !present {
 		if m.opts.RequireKey {
 			fail(w, http.StatusBadRequest, 0, fmt.Sprintf("idempotency: header %s required for %s", m.opts.Header, r.Method))
@@ -232,6 +234,27 @@ func (m *Middleware) maybeSweep(ctx context.Context, w http.ResponseWriter) {
 	if _, err := m.store.Sweep(ctx, m.opts.SweepBatch); err != nil {
 		m.opts.Logger.ErrorContext(ctx, "idempotency: sweep failed", "err", err)
 	}
+}
+
+// headerValues returns the values of the header name (canonical) in h
+// under any spelling of its name, and whether it is present: field names
+// are case-insensitive, and a request built by hand or by a proxy may carry
+// a map key that is not canonical ("idempotency-key"). The canonical
+// spelling's values come first, then the others' in the order of their
+// names, so that the result does not depend on map order.
+func headerValues(h http.Header, name string) (vs []string, present bool) {
+	vs, present = h[name]
+	var others []string
+	for k := range h {
+		if k != name && strings.EqualFold(k, name) {
+			others = append(others, k)
+		}
+	}
+	slices.Sort(others)
+	for _, k := range others {
+		vs, present = append(slices.Clip(vs), h[k]...), true
+	}
+	return vs, present
 }
 
 // write sends resp; replayed marks it as a replay.

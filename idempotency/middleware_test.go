@@ -139,6 +139,32 @@ func TestStructuredFieldStringKeys(t *testing.T) {
 	assert.Equal(t, claims, spy.claims.Load(), "an invalid key never reaches the store")
 }
 
+// Header names are case-insensitive: a key under a map key that is not
+// canonical, as a hand-built request or a proxy may set it, is the key, and
+// the same header under two spellings is the header given twice.
+func TestNonCanonicalKeyHeader(t *testing.T) {
+	b := sqliteBackend(t)
+	h := middleware(t, b, idempotency.Options{RequireKey: true}).Handler(&orders{b: b})
+	lower := func(key string) *http.Request {
+		r := newReq("POST", "x", "", "acme")
+		r.Header["idempotency-key"] = []string{key}
+		return r
+	}
+	first := serve(h, lower("k1"))
+	assert.Equal(t, http.StatusCreated, first.Code, first.Body.String())
+	again := serve(h, newReq("POST", "x", "k1", "acme"))
+	assert.Equal(t, "true", again.Header().Get(idempotency.ReplayedHeader), "one key under either spelling")
+	assert.Equal(t, "true", serve(h, lower("k1")).Header().Get(idempotency.ReplayedHeader))
+	assert.Equal(t, 1, b.rows(t))
+
+	both := lower("k2")
+	both.Header.Set("Idempotency-Key", "k3")
+	rec := serve(h, both)
+	assert.Equal(t, http.StatusBadRequest, rec.Code)
+	assert.Contains(t, rec.Body.String(), "given 2 times")
+	assert.Equal(t, 1, b.rows(t))
+}
+
 // Safe methods and, without RequireKey, unkeyed writes go to the handler
 // untouched.
 func TestPassThrough(t *testing.T) {
@@ -261,6 +287,10 @@ func TestDigestCoversQueryAndNamedHeaders(t *testing.T) {
 	assert.Equal(t, "true", serve(h, req("b=2&a=1", "text/plain", "2")).Header().Get(idempotency.ReplayedHeader), "query order and unnamed headers do not matter")
 	assert.Equal(t, http.StatusUnprocessableEntity, serve(h, req("a=1&b=3", "text/plain", "1")).Code)
 	assert.Equal(t, http.StatusUnprocessableEntity, serve(h, req("a=1&b=2", "application/json", "1")).Code)
+	lower := req("a=1&b=2", "", "1")
+	delete(lower.Header, "Content-Type")
+	lower.Header["content-type"] = []string{"text/plain"}
+	assert.Equal(t, "true", serve(h, lower).Header().Get(idempotency.ReplayedHeader), "a named header under a name that is not canonical is the same header")
 }
 
 // Keys past their TTL are free again, and the sweep deletes them.
