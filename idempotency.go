@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -82,7 +83,7 @@ func (c *call) keyRequest() {
 		return
 	}
 	c.keyed = true
-	if c.req.Header.Get(o.Header) != "" {
+	if idempotencyKeyOf(c.req.Header, o.Header) != "" {
 		return
 	}
 	key := newIdempotencyKey()
@@ -94,6 +95,22 @@ func (c *call) keyRequest() {
 	}
 	r.Header[o.Header] = []string{key}
 	c.req = r
+}
+
+// idempotencyKeyOf returns the first value of the header name in h under
+// any spelling of its name: field names are case-insensitive, and a caller
+// or a proxy may set a map key that is not canonical ("idempotency-key").
+// The canonical spelling is looked up first.
+func idempotencyKeyOf(h http.Header, name string) string {
+	if vs := h[name]; len(vs) > 0 {
+		return vs[0]
+	}
+	for k, vs := range h {
+		if len(vs) > 0 && strings.EqualFold(k, name) {
+			return vs[0]
+		}
+	}
+	return ""
 }
 
 // newIdempotencyKey returns a random version 4 UUID, the form the IETF

@@ -109,6 +109,38 @@ func TestIdempotencyCallerKeyKept(t *testing.T) {
 	assert.Equal(t, []string{"order-42", "order-42"}, keys.all())
 }
 
+// A caller's key under a map key that is not canonical, as hand-written
+// code or a proxy may set it, is the caller's key: no second key is added
+// beside it, and the call is keyed (a POST retried after a 503).
+func TestIdempotencyCallerKeyNonCanonicalName(t *testing.T) {
+	var mu sync.Mutex
+	var seen [][]string
+	up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		mu.Lock()
+		seen = append(seen, r.Header.Values("Idempotency-Key"))
+		mu.Unlock()
+		if n == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	c := newTestClient(t, idemOptions())
+
+	var report Report
+	req := newTestRequest(t, WithReport(context.Background(), &report), http.MethodPost, up.URL(), strings.NewReader("x"))
+	req.Header["idempotency-key"] = []string{"order-7"}
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusCreated, resp.StatusCode, "keyed, so the POST was retried")
+	readBody(t, resp)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, [][]string{{"order-7"}, {"order-7"}}, seen, "the caller's key alone, on every attempt")
+	assert.Equal(t, "order-7", report.IdempotencyKey)
+	assert.Equal(t, http.Header{"idempotency-key": {"order-7"}}, req.Header, "the caller's request is not changed")
+}
+
 func TestIdempotencyOffLeavesWritesAlone(t *testing.T) {
 	keys := &keyRecorder{}
 	up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
