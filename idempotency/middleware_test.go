@@ -323,33 +323,52 @@ func TestOptionsValidation(t *testing.T) {
 	assert.True(t, errors.Is(idempotency.ErrClaimLost, idempotency.ErrClaimLost))
 }
 
-// An owner still running when its lease expires loses the key to a retry:
-// the retry runs and commits; the old owner's commit is refused, its writes
-// roll back, and its caller gets 409. One row. (PostgreSQL: in SQLite the
-// live owner's transaction holds the write lock, so no retry can take over
-// before it ends.)
-func TestLostClaimRollsBack(t *testing.T) {
-	b := pgBackend(t)
-	inside, release := make(chan struct{}), make(chan struct{})
-	first := true
-	app := &orders{b: b, before: func(*http.Request) {
-		if first {
-			first = false
-			close(inside)
-			<-release
+// An owner still running when its lease expires keeps its key: the lease
+// frees the key of an owner that died (its transaction ended with it), not
+// of a slow one. A retry meanwhile gets 409 (PostgreSQL), or waits for the
+// owner's transaction and gets its answer replayed (SQLite, whose owner
+// holds the one write lock); the handler runs once, the owner's commit
+// lands, one row.
+func TestLiveOwnerKeepsItsKey(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		inside, release := make(chan struct{}), make(chan struct{})
+		var first atomic.Bool
+		first.Store(true)
+		app := &orders{b: b, before: func(*http.Request) {
+			if first.CompareAndSwap(true, false) {
+				close(inside)
+				<-release
+			}
+		}}
+		const lease = 20 * time.Millisecond
+		h := middleware(t, b, idempotency.Options{Lease: lease}).Handler(app)
+		owner := make(chan *httptest.ResponseRecorder, 1)
+		go func() { owner <- serve(h, newReq("POST", "x", "k", "acme")) }()
+		<-inside
+		time.Sleep(2 * lease) // the owner, alive, outlives its lease
+		retried := make(chan *httptest.ResponseRecorder, 1)
+		go func() { retried <- serve(h, newReq("POST", "x", "k", "acme")) }()
+		check := func(retry *httptest.ResponseRecorder) {
+			if retry.Code == http.StatusConflict {
+				assert.Equal(t, "1", retry.Header().Get("Retry-After"), "in progress: ask again")
+				return
+			}
+			assert.Equal(t, http.StatusCreated, retry.Code, retry.Body.String())
+			assert.Equal(t, "true", retry.Header().Get(idempotency.ReplayedHeader), "waited for the owner, then replayed")
 		}
-	}}
-	h := middleware(t, b, idempotency.Options{Lease: time.Millisecond}).Handler(app)
-	old := make(chan *httptest.ResponseRecorder, 1)
-	go func() { old <- serve(h, newReq("POST", "x", "k", "acme")) }()
-	<-inside
-	time.Sleep(2 * time.Millisecond) // the lease is measured on the database's clock
-	retry := serve(h, newReq("POST", "x", "k", "acme"))
-	close(release)
-	lost := <-old
-	assert.Equal(t, http.StatusCreated, retry.Code)
-	assert.Equal(t, http.StatusConflict, lost.Code)
-	assert.Equal(t, "1", lost.Header().Get("Retry-After"))
-	assert.Equal(t, 1, b.rows(t))
-	assert.Equal(t, "true", serve(h, newReq("POST", "x", "k", "acme")).Header().Get(idempotency.ReplayedHeader))
+		select {
+		case r := <-retried: // answered at once
+			check(r)
+			retried = nil
+		case <-time.After(lease): // waiting on the owner's transaction
+		}
+		close(release)
+		assert.Equal(t, http.StatusCreated, (<-owner).Code, "the live owner's commit lands")
+		if retried != nil {
+			check(<-retried)
+		}
+		assert.EqualValues(t, 1, app.runs.Load(), "the handler ran once")
+		assert.Equal(t, 1, b.rows(t))
+		assert.Equal(t, "true", serve(h, newReq("POST", "x", "k", "acme")).Header().Get(idempotency.ReplayedHeader))
+	})
 }
