@@ -79,14 +79,14 @@ func Tx(ctx context.Context) pgx.Tx {
 
 const maxTries = 3
 
-// Claim implements idempotency.Store: one round trip claims a free key; a
-// taken one costs a second, to read it. An owner's transaction locks its
-// key's row (FOR UPDATE) for as long as it is open, so a key whose lease
-// expired is taken over only once its owner's transaction has ended: the
-// owner committed, aborted, or died (PostgreSQL ends the transaction of a
-// connection that drops). A live owner is never taken over, whatever its
-// lease: the claim skips its locked row, without waiting, and reports the
-// key in progress.
+// Claim implements idempotency.Store: one insert claims a free key, then
+// the owner's transaction begins and locks the key's row (one round trip
+// each); a taken key costs one read after the insert. The lock lasts as
+// long as the owner's transaction, so a key whose lease expired is taken
+// over only once that transaction has ended: the owner committed, aborted,
+// or died (PostgreSQL ends the transaction of a connection that drops). A
+// live owner is never taken over, whatever its lease: the claim skips its
+// locked row, without waiting, and reports the key in progress.
 func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.Claim, error) {
 	k := req.Key
 	ownerAlive := false
