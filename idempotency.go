@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -22,8 +23,11 @@ const DefaultIdempotencyHeader = "Idempotency-Key"
 // safe (anything but GET, HEAD, OPTIONS and TRACE) is given a key, unless
 // it has one already, and may then be retried like a GET: every attempt
 // carries the same key, so the upstream acts on it once. A 409 Conflict
-// (the key's first request still running) is retried after its
-// Retry-After; a 422 Unprocessable Content (the key reused with a
+// that says the key's first request is still running (it carries a
+// Retry-After and no "Idempotent-Replayed: true") is retried after its
+// Retry-After; any other 409 is the application's answer and reaches the
+// caller at once. Retry.ShouldRetry, when set, decides for every 409,
+// in progress or not. A 422 Unprocessable Content (the key reused with a
 // different request) is never retried and reaches the caller as it came.
 //
 // The claim is the upstream's to keep: enable this only for an upstream
@@ -82,7 +86,7 @@ func (c *call) keyRequest() {
 		return
 	}
 	c.keyed = true
-	if c.req.Header.Get(o.Header) != "" {
+	if idempotencyKeyOf(c.req.Header, o.Header) != "" {
 		return
 	}
 	key := newIdempotencyKey()
@@ -94,6 +98,22 @@ func (c *call) keyRequest() {
 	}
 	r.Header[o.Header] = []string{key}
 	c.req = r
+}
+
+// idempotencyKeyOf returns the first value of the header name in h under
+// any spelling of its name: field names are case-insensitive, and a caller
+// or a proxy may set a map key that is not canonical ("idempotency-key").
+// The canonical spelling is looked up first.
+func idempotencyKeyOf(h http.Header, name string) string {
+	if vs := h[name]; len(vs) > 0 {
+		return vs[0]
+	}
+	for k, vs := range h {
+		if len(vs) > 0 && strings.EqualFold(k, name) {
+			return vs[0]
+		}
+	}
+	return ""
 }
 
 // newIdempotencyKey returns a random version 4 UUID, the form the IETF
@@ -118,20 +138,39 @@ func newIdempotencyKey() string {
 }
 
 // keyedVerdict adjusts, for a keyed call, whether the attempt that ended
-// with resp is retried: a 409 says the key's first request is still
-// running, so this one is retried; a 422 says the key was used for another
+// with resp is retried. A 409 that says the key's first request is still
+// running (keyInProgress) is retried, unless the caller's ShouldRetry (set
+// when custom) says otherwise: it has the last word. Any other 409 (the
+// application's own, or a replayed one) is a final answer unless
+// ShouldRetry says otherwise. A 422 says the key was used for another
 // request, which no retry can mend, whatever ShouldRetry says.
-func keyedVerdict(resp *http.Response, retryable bool) bool {
+func keyedVerdict(resp *http.Response, retryable, custom bool) bool {
 	if resp == nil {
 		return retryable
 	}
 	switch resp.StatusCode {
 	case http.StatusConflict:
-		return true
+		if keyInProgress(resp) && !custom {
+			return true
+		}
 	case http.StatusUnprocessableEntity:
 		return false
 	}
 	return retryable
+}
+
+// replayedHeader marks a response an upstream replayed from its store of
+// keys (the idempotency package's ReplayedHeader).
+const replayedHeader = "Idempotent-Replayed"
+
+// keyInProgress reports whether resp is the protocol's answer for a key
+// whose first request is still running: a 409 with a Retry-After (when to
+// ask again) that is not a replay. The application's own 409 carries no
+// Retry-After, and a 409 it recorded comes back marked as replayed.
+func keyInProgress(resp *http.Response) bool {
+	return resp.StatusCode == http.StatusConflict &&
+		resp.Header.Get("Retry-After") != "" &&
+		!strings.EqualFold(resp.Header.Get(replayedHeader), "true")
 }
 
 // conflictRetryAfter returns the wait a keyed call's 409 asks for, if it

@@ -109,6 +109,38 @@ func TestIdempotencyCallerKeyKept(t *testing.T) {
 	assert.Equal(t, []string{"order-42", "order-42"}, keys.all())
 }
 
+// A caller's key under a map key that is not canonical, as hand-written
+// code or a proxy may set it, is the caller's key: no second key is added
+// beside it, and the call is keyed (a POST retried after a 503).
+func TestIdempotencyCallerKeyNonCanonicalName(t *testing.T) {
+	var mu sync.Mutex
+	var seen [][]string
+	up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		mu.Lock()
+		seen = append(seen, r.Header.Values("Idempotency-Key"))
+		mu.Unlock()
+		if n == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	c := newTestClient(t, idemOptions())
+
+	var report Report
+	req := newTestRequest(t, WithReport(context.Background(), &report), http.MethodPost, up.URL(), strings.NewReader("x"))
+	req.Header["idempotency-key"] = []string{"order-7"}
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusCreated, resp.StatusCode, "keyed, so the POST was retried")
+	readBody(t, resp)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, [][]string{{"order-7"}, {"order-7"}}, seen, "the caller's key alone, on every attempt")
+	assert.Equal(t, "order-7", report.IdempotencyKey)
+	assert.Equal(t, http.Header{"idempotency-key": {"order-7"}}, req.Header, "the caller's request is not changed")
+}
+
 func TestIdempotencyOffLeavesWritesAlone(t *testing.T) {
 	keys := &keyRecorder{}
 	up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
@@ -172,6 +204,57 @@ func TestIdempotencyConflictRetriedAfterRetryAfter(t *testing.T) {
 	require.Len(t, retries, 1)
 	assert.Equal(t, http.StatusConflict, retries[0].StatusCode)
 	assert.Zero(t, retries[0].Delay, "Retry-After: 0 honoured over the computed delay")
+}
+
+// Only the middleware's answer for a key in progress (a 409 with a
+// Retry-After, not a replay) is retried: the application's own 409 and a
+// replayed 409 are final answers, and Retry.ShouldRetry, when set, has the
+// last word on every 409.
+func TestIdempotencyOnlyInProgressConflictRetried(t *testing.T) {
+	never := func(*http.Request, *http.Response, error) bool { return false }
+	conflicts := func(_ *http.Request, resp *http.Response, _ error) bool {
+		return resp != nil && resp.StatusCode == http.StatusConflict
+	}
+	for _, c := range []struct {
+		name        string
+		header      http.Header
+		shouldRetry func(*http.Request, *http.Response, error) bool
+		attempts    int64
+	}{
+		{"application 409", http.Header{}, nil, 1},
+		{"replayed 409", http.Header{"Retry-After": {"0"}, "Idempotent-Replayed": {"true"}}, nil, 1},
+		{"in progress", http.Header{"Retry-After": {"0"}}, nil, 2},
+		{"in progress, ShouldRetry false", http.Header{"Retry-After": {"0"}}, never, 1},
+		{"in progress, ShouldRetry true", http.Header{"Retry-After": {"0"}}, conflicts, 2},
+		{"application 409, ShouldRetry true", http.Header{}, conflicts, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+				if n == 1 {
+					for k, vs := range c.header {
+						w.Header()[k] = vs
+					}
+					w.WriteHeader(http.StatusConflict)
+					w.Write([]byte("conflict"))
+					return
+				}
+				w.WriteHeader(http.StatusCreated)
+			})
+			opts := idemOptions()
+			opts.Retry.ShouldRetry = c.shouldRetry
+			cl := newTestClient(t, opts)
+			resp, err := cl.Do(newTestRequest(t, context.Background(), http.MethodPost, up.URL(), strings.NewReader("x")))
+			require.NoError(t, err)
+			body := readBody(t, resp)
+			assert.Equal(t, c.attempts, up.requests.Load(), "attempts")
+			if c.attempts == 1 {
+				assert.Equal(t, http.StatusConflict, resp.StatusCode)
+				assert.Equal(t, "conflict", body, "the 409 reaches the caller as it came")
+			} else {
+				assert.Equal(t, http.StatusCreated, resp.StatusCode)
+			}
+		})
+	}
 }
 
 func TestIdempotencyConflictRetryAfterPastDeadlineAnswersNow(t *testing.T) {

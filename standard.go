@@ -394,7 +394,7 @@ func (c *call) judge(s *hostState, first bool, resp *http.Response, err error) (
 		retryable = f(c.req, resp, err)
 	}
 	if c.keyed {
-		retryable = keyedVerdict(resp, retryable)
+		retryable = keyedVerdict(resp, retryable, cfg.Retry.ShouldRetry != nil)
 	}
 	if b := s.breaker(); b != nil {
 		failed := transient

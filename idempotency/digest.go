@@ -25,7 +25,7 @@ func digest(r *http.Request, headers []string, body []byte) Digest {
 	names = slices.Compact(names)
 	for _, n := range names {
 		field(h, n)
-		vs := r.Header.Values(n)
+		vs, _ := headerValues(r.Header, n)
 		length(h, len(vs))
 		for _, v := range vs {
 			field(h, v)

@@ -36,7 +36,9 @@
 // recorded and replayed. A process killed between the claim and the commit
 // leaves an in-progress claim whose lease (Options.Lease) expires, after
 // which the same request may claim the key again; a process killed after the
-// commit leaves a completed key that replays.
+// commit leaves a completed key that replays. A live owner is never taken
+// over, even past its lease: the handler does not run twice at once for a
+// key (see Store).
 //
 // Stores: sqlitestore (modernc.org/sqlite, pure Go, embedded) and pgstore
 // (PostgreSQL through jackc/pgx/v5, for a fleet of servers), each in its own

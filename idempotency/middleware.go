@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -53,10 +55,17 @@ func (m *Middleware) Sweep(ctx context.Context) (int, error) {
 	return m.store.Sweep(ctx, m.opts.SweepBatch)
 }
 
-// storeTimeout bounds the commit or abort of an owner whose caller went away:
-// the work is done and is worth recording, so it runs without the request's
-// cancellation.
+// storeTimeout bounds each store operation of an owner (its commit, its
+// abort) and each sweep, from when that operation starts: the handler may
+// run as long as it needs, and the work done is worth recording even if
+// its caller went away, so these run without the request's cancellation.
 const storeTimeout = 10 * time.Second
+
+// storeContext returns the context of one store operation that starts now:
+// the request's values, not its cancellation, and a deadline of its own.
+func storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+}
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	switch r.Method {
@@ -64,7 +73,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	raw, present := r.Header[m.opts.Header]
+	raw, present := headerValues(r.Header, m.opts.Header)
 	if !present {
 		if m.opts.RequireKey {
 			fail(w, http.StatusBadRequest, 0, fmt.Sprintf("idempotency: header %s required for %s", m.opts.Header, r.Method))
@@ -137,14 +146,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 }
 
 // own runs next as the key's owner, inside txn, and commits its response
-// with its effect, or rolls both back.
+// with its effect, or rolls both back and releases the key. Each store
+// operation gets its own deadline (storeContext), from when it starts: a
+// handler slower than storeTimeout must not leave its commit or abort an
+// expired context, and so its key claimed until the lease runs out.
 func (m *Middleware) own(w http.ResponseWriter, r *http.Request, body []byte, txn Txn, next http.Handler) {
-	bg, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), storeTimeout)
-	defer cancel()
 	done := false
 	defer func() {
 		if !done { // next panicked: nothing recorded, key released
-			_ = txn.Abort(bg)
+			m.abort(r.Context(), txn)
 		}
 	}()
 	rec := newRecorder(m.opts.MaxResponseBytes)
@@ -156,33 +166,49 @@ func (m *Middleware) own(w http.ResponseWriter, r *http.Request, body []byte, tx
 	resp := rec.response()
 	switch {
 	case rec.overflow:
-		m.abort(bg, txn)
+		m.abort(r.Context(), txn)
 		fail(w, http.StatusInternalServerError, 0, fmt.Sprintf("idempotency: response body over the limit of %d bytes that can be recorded; rolled back", m.opts.MaxResponseBytes))
 		return
 	case resp.Status >= 500:
-		m.abort(bg, txn) // a failure is not an outcome: a retry runs again
+		m.abort(r.Context(), txn) // a failure is not an outcome: a retry runs again
 		write(w, resp, false)
 		return
 	}
 	stored := &Response{Status: resp.Status, Header: replayHeader(resp.Header, m.opts.ReplayHeaders), Body: resp.Body}
-	if err := txn.Commit(bg, stored); err != nil {
+	ctx, cancel := storeContext(r.Context())
+	err := txn.Commit(ctx, stored)
+	cancel()
+	if err != nil {
 		if errors.Is(err, ErrClaimLost) {
 			fail(w, http.StatusConflict, time.Second, "idempotency: the lease of this request expired and a retry took it over")
 			return
 		}
-		// The outcome is unknown (a commit can fail after it took effect):
-		// a retry either replays or, once the lease expires, runs again.
+		// The outcome is unknown: a commit can fail after it took effect.
+		// Releasing the claim is safe either way, as the store deletes only
+		// a claim this owner still holds (not a completed key), and lets a
+		// retry run at once, or replay, instead of waiting out the lease.
 		m.opts.Logger.ErrorContext(r.Context(), "idempotency: commit failed", "err", err)
-		fail(w, http.StatusServiceUnavailable, m.retryAfter(m.opts.Lease), "idempotency: could not record the response")
+		retryAfter := m.retryAfter(m.opts.Lease)
+		if m.abort(r.Context(), txn) {
+			retryAfter = time.Second
+		}
+		fail(w, http.StatusServiceUnavailable, retryAfter, "idempotency: could not record the response")
 		return
 	}
 	write(w, resp, false)
 }
 
-func (m *Middleware) abort(ctx context.Context, txn Txn) {
+// abort rolls txn back and releases its claim, with a deadline of its own,
+// and reports whether it did; a failure is logged, and the key then stays
+// claimed until its lease expires.
+func (m *Middleware) abort(ctx context.Context, txn Txn) bool {
+	ctx, cancel := storeContext(ctx)
+	defer cancel()
 	if err := txn.Abort(ctx); err != nil {
 		m.opts.Logger.ErrorContext(ctx, "idempotency: abort failed; the key stays claimed until its lease expires", "err", err)
+		return false
 	}
+	return true
 }
 
 // readBody reads the body in full, up to MaxBodyBytes; over it, it answers
@@ -227,11 +253,32 @@ func (m *Middleware) maybeSweep(ctx context.Context, w http.ResponseWriter) {
 		return
 	}
 	_ = http.NewResponseController(w).Flush() // the caller need not wait for the sweep
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	ctx, cancel := storeContext(ctx)
 	defer cancel()
 	if _, err := m.store.Sweep(ctx, m.opts.SweepBatch); err != nil {
 		m.opts.Logger.ErrorContext(ctx, "idempotency: sweep failed", "err", err)
 	}
+}
+
+// headerValues returns the values of the header name (canonical) in h
+// under any spelling of its name, and whether it is present: field names
+// are case-insensitive, and a request built by hand or by a proxy may carry
+// a map key that is not canonical ("idempotency-key"). The canonical
+// spelling's values come first, then the others' in the order of their
+// names, so that the result does not depend on map order.
+func headerValues(h http.Header, name string) (vs []string, present bool) {
+	vs, present = h[name]
+	var others []string
+	for k := range h {
+		if k != name && strings.EqualFold(k, name) {
+			others = append(others, k)
+		}
+	}
+	slices.Sort(others)
+	for _, k := range others {
+		vs, present = append(slices.Clip(vs), h[k]...), true
+	}
+	return vs, present
 }
 
 // write sends resp; replayed marks it as a replay.

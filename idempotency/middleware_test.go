@@ -113,6 +113,58 @@ func TestBadKeysAndBodies(t *testing.T) {
 	assert.Equal(t, 1, b.rows(t))
 }
 
+// Options.Header's promise: a Structured Field string is a key, its
+// unescaped value the key itself, spaces and escaped quotes and backslashes
+// included; an invalid one is refused with 400 before the store is asked.
+func TestStructuredFieldStringKeys(t *testing.T) {
+	b := sqliteBackend(t)
+	spy := &spyStore{Store: b.store}
+	mw, err := idempotency.New(spy, idempotency.Options{Principal: byHeader})
+	require.NoError(t, err)
+	h := mw.Handler(&orders{b: b})
+	for _, key := range []string{`"a b"`, `"a\"b"`, `"a\\b"`} {
+		first := serve(h, newReq("POST", "x", key, "acme"))
+		assert.Equal(t, http.StatusCreated, first.Code, "%s: %s", key, first.Body)
+		again := serve(h, newReq("POST", "x", key, "acme"))
+		assert.Equal(t, "true", again.Header().Get(idempotency.ReplayedHeader), key)
+		assert.Equal(t, first.Body.String(), again.Body.String(), key)
+	}
+	assert.Equal(t, 3, b.rows(t), "three keys, three rows")
+	claims := spy.claims.Load()
+	for _, key := range []string{`"a\nb"`, `"a b`, `"a"b"`, "\"a\tb\""} {
+		rec := serve(h, newReq("POST", "x", key, "acme"))
+		assert.Equal(t, http.StatusBadRequest, rec.Code, key)
+		assert.Contains(t, rec.Body.String(), "idempotency: invalid Idempotency-Key: ", key)
+	}
+	assert.Equal(t, claims, spy.claims.Load(), "an invalid key never reaches the store")
+}
+
+// Header names are case-insensitive: a key under a map key that is not
+// canonical, as a hand-built request or a proxy may set it, is the key, and
+// the same header under two spellings is the header given twice.
+func TestNonCanonicalKeyHeader(t *testing.T) {
+	b := sqliteBackend(t)
+	h := middleware(t, b, idempotency.Options{RequireKey: true}).Handler(&orders{b: b})
+	lower := func(key string) *http.Request {
+		r := newReq("POST", "x", "", "acme")
+		r.Header["idempotency-key"] = []string{key}
+		return r
+	}
+	first := serve(h, lower("k1"))
+	assert.Equal(t, http.StatusCreated, first.Code, first.Body.String())
+	again := serve(h, newReq("POST", "x", "k1", "acme"))
+	assert.Equal(t, "true", again.Header().Get(idempotency.ReplayedHeader), "one key under either spelling")
+	assert.Equal(t, "true", serve(h, lower("k1")).Header().Get(idempotency.ReplayedHeader))
+	assert.Equal(t, 1, b.rows(t))
+
+	both := lower("k2")
+	both.Header.Set("Idempotency-Key", "k3")
+	rec := serve(h, both)
+	assert.Equal(t, http.StatusBadRequest, rec.Code)
+	assert.Contains(t, rec.Body.String(), "given 2 times")
+	assert.Equal(t, 1, b.rows(t))
+}
+
 // Safe methods and, without RequireKey, unkeyed writes go to the handler
 // untouched.
 func TestPassThrough(t *testing.T) {
@@ -235,6 +287,10 @@ func TestDigestCoversQueryAndNamedHeaders(t *testing.T) {
 	assert.Equal(t, "true", serve(h, req("b=2&a=1", "text/plain", "2")).Header().Get(idempotency.ReplayedHeader), "query order and unnamed headers do not matter")
 	assert.Equal(t, http.StatusUnprocessableEntity, serve(h, req("a=1&b=3", "text/plain", "1")).Code)
 	assert.Equal(t, http.StatusUnprocessableEntity, serve(h, req("a=1&b=2", "application/json", "1")).Code)
+	lower := req("a=1&b=2", "", "1")
+	delete(lower.Header, "Content-Type")
+	lower.Header["content-type"] = []string{"text/plain"}
+	assert.Equal(t, "true", serve(h, lower).Header().Get(idempotency.ReplayedHeader), "a named header under a name that is not canonical is the same header")
 }
 
 // Keys past their TTL are free again, and the sweep deletes them.
@@ -267,33 +323,52 @@ func TestOptionsValidation(t *testing.T) {
 	assert.True(t, errors.Is(idempotency.ErrClaimLost, idempotency.ErrClaimLost))
 }
 
-// An owner still running when its lease expires loses the key to a retry:
-// the retry runs and commits; the old owner's commit is refused, its writes
-// roll back, and its caller gets 409. One row. (PostgreSQL: in SQLite the
-// live owner's transaction holds the write lock, so no retry can take over
-// before it ends.)
-func TestLostClaimRollsBack(t *testing.T) {
-	b := pgBackend(t)
-	inside, release := make(chan struct{}), make(chan struct{})
-	first := true
-	app := &orders{b: b, before: func(*http.Request) {
-		if first {
-			first = false
-			close(inside)
-			<-release
+// An owner still running when its lease expires keeps its key: the lease
+// frees the key of an owner that died (its transaction ended with it), not
+// of a slow one. A retry meanwhile gets 409 (PostgreSQL), or waits for the
+// owner's transaction and gets its answer replayed (SQLite, whose owner
+// holds the one write lock); the handler runs once, the owner's commit
+// lands, one row.
+func TestLiveOwnerKeepsItsKey(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		inside, release := make(chan struct{}), make(chan struct{})
+		var first atomic.Bool
+		first.Store(true)
+		app := &orders{b: b, before: func(*http.Request) {
+			if first.CompareAndSwap(true, false) {
+				close(inside)
+				<-release
+			}
+		}}
+		const lease = 20 * time.Millisecond
+		h := middleware(t, b, idempotency.Options{Lease: lease}).Handler(app)
+		owner := make(chan *httptest.ResponseRecorder, 1)
+		go func() { owner <- serve(h, newReq("POST", "x", "k", "acme")) }()
+		<-inside
+		time.Sleep(2 * lease) // the owner, alive, outlives its lease
+		retried := make(chan *httptest.ResponseRecorder, 1)
+		go func() { retried <- serve(h, newReq("POST", "x", "k", "acme")) }()
+		check := func(retry *httptest.ResponseRecorder) {
+			if retry.Code == http.StatusConflict {
+				assert.Equal(t, "1", retry.Header().Get("Retry-After"), "in progress: ask again")
+				return
+			}
+			assert.Equal(t, http.StatusCreated, retry.Code, retry.Body.String())
+			assert.Equal(t, "true", retry.Header().Get(idempotency.ReplayedHeader), "waited for the owner, then replayed")
 		}
-	}}
-	h := middleware(t, b, idempotency.Options{Lease: time.Millisecond}).Handler(app)
-	old := make(chan *httptest.ResponseRecorder, 1)
-	go func() { old <- serve(h, newReq("POST", "x", "k", "acme")) }()
-	<-inside
-	time.Sleep(2 * time.Millisecond) // the lease is measured on the database's clock
-	retry := serve(h, newReq("POST", "x", "k", "acme"))
-	close(release)
-	lost := <-old
-	assert.Equal(t, http.StatusCreated, retry.Code)
-	assert.Equal(t, http.StatusConflict, lost.Code)
-	assert.Equal(t, "1", lost.Header().Get("Retry-After"))
-	assert.Equal(t, 1, b.rows(t))
-	assert.Equal(t, "true", serve(h, newReq("POST", "x", "k", "acme")).Header().Get(idempotency.ReplayedHeader))
+		select {
+		case r := <-retried: // answered at once
+			check(r)
+			retried = nil
+		case <-time.After(lease): // waiting on the owner's transaction
+		}
+		close(release)
+		assert.Equal(t, http.StatusCreated, (<-owner).Code, "the live owner's commit lands")
+		if retried != nil {
+			check(<-retried)
+		}
+		assert.EqualValues(t, 1, app.runs.Load(), "the handler ran once")
+		assert.Equal(t, 1, b.rows(t))
+		assert.Equal(t, "true", serve(h, newReq("POST", "x", "k", "acme")).Header().Get(idempotency.ReplayedHeader))
+	})
 }

@@ -23,8 +23,11 @@ type Options struct {
 	Route func(*http.Request) string
 
 	// Header is the request header that carries the key. Default
-	// "Idempotency-Key" (IETF httpapi draft). A Structured Field string
-	// ("\"abc\"") is accepted as well as a bare token (abc).
+	// "Idempotency-Key" (IETF httpapi draft). Its value is a Structured
+	// Field string (RFC 9651: "\"a b\"", printable ASCII in quotes, with \"
+	// and \\ the only escapes), whose unescaped value is the key, or a bare
+	// key of printable ASCII without spaces, quotes or backslashes (abc,
+	// the same key as "\"abc\""). Anything else is refused with 400.
 	Header string
 
 	// RequireKey answers 400 to a request with an unsafe method and no key.
@@ -53,10 +56,12 @@ type Options struct {
 	ReplayHeaders []string
 
 	// Lease is how long a claim stays in progress before the key may be
-	// taken over by a retry, the owner presumed dead. It must exceed the
-	// handler's longest run: an owner still running when its lease expires
-	// and another request takes over loses, and its transaction is rolled
-	// back. Default 1 minute.
+	// taken over by a retry if its owner died (a crash, a dropped database
+	// connection): the retry gets 409 until then. An owner still running
+	// past its lease keeps the key, as its store transaction is still
+	// open: a retry gets 409 (PostgreSQL) or waits for it (SQLite), and
+	// the owner's commit lands (see Store). It bounds the Retry-After of
+	// the 409s. Default 1 minute.
 	Lease time.Duration
 
 	// RetryAfter caps the Retry-After of a 409 for a key in progress (the

@@ -10,12 +10,27 @@ import (
 
 // A Store keeps idempotency keys durably. Claim must be atomic: of any
 // number of concurrent claims of one Key, at most one is Owned until that
-// owner completes, aborts, or its lease expires. Implementations:
-// sqlitestore and pgstore.
+// owner completes or aborts, or dies. Implementations: sqlitestore and
+// pgstore; storetest.Run checks this contract.
+//
+// The lease protects against an owner that died (its process crashed, its
+// connection to the database dropped) and so will never complete: once it
+// has expired, a request with the same digest may take the key over. It
+// does not take the key from an owner that is alive but slow: while an
+// owner's Txn is open (neither committed nor aborted, and not ended by the
+// database) its key is never claimed again, whatever its lease, and its
+// Commit lands. A claim of such a key reports InProgress, or (a store with
+// one writer at a time, as SQLite's) waits until the owner's transaction
+// ends and reports what it left. So the handler never runs twice at once
+// for one key, even past its lease. The module's stores tie the claim to
+// the owner's database transaction: SQLite's owner holds the write lock,
+// PostgreSQL's locks its key's row, and the database ends both with the
+// owner's connection.
 type Store interface {
 	// Claim looks the key up and claims it when it is free: absent, past
-	// its TTL, or in progress with an expired lease and the same digest.
-	// An Owned claim carries the owner's transaction, already begun.
+	// its TTL, or in progress with an expired lease, the same digest and
+	// an owner whose transaction has ended. An Owned claim carries the
+	// owner's transaction, already begun.
 	Claim(ctx context.Context, req ClaimRequest) (Claim, error)
 
 	// Sweep deletes up to limit keys whose retention (TTL) has passed and
@@ -38,7 +53,8 @@ type ClaimRequest struct {
 	Key    Key
 	Digest Digest
 	// Lease is how long the claim stays in progress before another request
-	// with the same digest may take the key over (its owner presumed dead).
+	// with the same digest may take the key over, if its owner is dead: a
+	// live owner's transaction keeps the key past its lease.
 	Lease time.Duration
 	// TTL is how long the key is kept, from its claim and again from its
 	// completion; past it the key is free again.
@@ -92,8 +108,9 @@ type Txn interface {
 	Context(ctx context.Context) context.Context
 
 	// Commit records resp, completes the key and commits, in one
-	// transaction. If the claim was lost (its lease expired and another
-	// request took the key over), it rolls back and returns ErrClaimLost.
+	// transaction. If the claim was lost (another request took the key
+	// over, which a Store allows only once this owner's transaction has
+	// ended), it rolls back and returns ErrClaimLost.
 	Commit(ctx context.Context, resp *Response) error
 
 	// Abort rolls the transaction back and releases the claim, so that a
@@ -108,6 +125,8 @@ type Response struct {
 	Body   []byte
 }
 
-// ErrClaimLost is returned by Txn.Commit when the claim expired and another
-// request took the key over: the transaction was rolled back.
+// ErrClaimLost is returned by Txn.Commit when another request took the key
+// over: the transaction was rolled back. The module's stores never take
+// over a live owner's key, so their owners do not see it; the check (each
+// claim's token) stays, so that at most one commit per key ever lands.
 var ErrClaimLost = errors.New("idempotency: claim lost: the lease expired and another request took the key over")

@@ -5,6 +5,14 @@
 // middleware began for it (READ COMMITTED, from the Store's pool); the
 // recorded response commits in that same transaction. Leases and TTLs are
 // measured on the database's clock, so the servers' clocks need not agree.
+//
+// The owner's transaction locks its key's row while it is open, so a live
+// owner keeps its key past its lease (a claim meanwhile reports it in
+// progress, without waiting), and its Commit lands. An owner that dies
+// loses the key once PostgreSQL ends its transaction: at once when its
+// process dies and its connection closes; when its host vanishes, only
+// once the server notices the dead connection (tcp_keepalives_idle), or
+// after idle_in_transaction_session_timeout if you set one.
 package pgstore
 
 import (
@@ -71,49 +79,53 @@ func Tx(ctx context.Context) pgx.Tx {
 
 const maxTries = 3
 
-// Claim implements idempotency.Store: one round trip claims a free key; a
-// taken one costs a second, to read it.
+// Claim implements idempotency.Store: one insert claims a free key, then
+// the owner's transaction begins and locks the key's row (one round trip
+// each); a taken key costs one read after the insert. The lock lasts as
+// long as the owner's transaction, so a key whose lease expired is taken
+// over only once that transaction has ended: the owner committed, aborted,
+// or died (PostgreSQL ends the transaction of a connection that drops). A
+// live owner is never taken over, whatever its lease: the claim skips its
+// locked row, without waiting, and reports the key in progress.
 func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.Claim, error) {
 	k := req.Key
+	ownerAlive := false
 	for range maxTries {
 		tok := make([]byte, 16)
 		_, _ = rand.Read(tok)
-		tag, err := s.pool.Exec(ctx, `INSERT INTO idempotency_keys AS k
+		// ON CONFLICT DO NOTHING: a taken key's row may be locked by its
+		// owner, and DO UPDATE would wait on that lock.
+		tag, err := s.pool.Exec(ctx, `INSERT INTO idempotency_keys
 				(principal, operation, key, digest, token, lease_until, expires_at, status)
 			VALUES ($1, $2, $3, $4, $5,
 				clock_timestamp() + $6::bigint * interval '1 microsecond',
 				clock_timestamp() + $7::bigint * interval '1 microsecond', 0)
-			ON CONFLICT (principal, operation, key) DO UPDATE SET
-				digest = excluded.digest, token = excluded.token, lease_until = excluded.lease_until,
-				expires_at = excluded.expires_at, status = 0, header = NULL, body = NULL
-			WHERE k.expires_at <= clock_timestamp()
-				OR (k.status = 0 AND k.lease_until <= clock_timestamp() AND k.digest = excluded.digest)`,
+			ON CONFLICT (principal, operation, key) DO NOTHING`,
 			k.Principal, k.Operation, k.Key, req.Digest[:], tok,
 			req.Lease.Microseconds(), req.TTL.Microseconds())
 		if err != nil {
 			return idempotency.Claim{}, fmt.Errorf("pgstore: claim key: %w", err)
 		}
 		if tag.RowsAffected() == 1 {
-			// The transaction outlives the request's cancellation: the
-			// middleware commits or aborts it.
-			tx, err := s.pool.Begin(context.WithoutCancel(ctx))
-			if err != nil {
-				_ = s.release(context.WithoutCancel(ctx), k, tok)
-				return idempotency.Claim{}, fmt.Errorf("pgstore: begin: %w", err)
+			c, ok, err := s.own(ctx, k, tok, req.TTL)
+			if err != nil || ok {
+				return c, err
 			}
-			return idempotency.Claim{State: idempotency.Owned, Txn: &txn{s: s, tx: tx, key: k, token: tok, ttl: req.TTL}}, nil
+			continue // taken over between the insert and the lock: look again
 		}
 		var (
 			digest       []byte
 			status       int
 			leaseLeftSec float64
+			expired      bool
 			header, body []byte
 		)
 		err = s.pool.QueryRow(ctx, `SELECT digest, status,
-				extract(epoch FROM lease_until - clock_timestamp())::float8, header, body
+				extract(epoch FROM lease_until - clock_timestamp())::float8,
+				expires_at <= clock_timestamp(), header, body
 			FROM idempotency_keys
-			WHERE principal = $1 AND operation = $2 AND key = $3 AND expires_at > clock_timestamp()`,
-			k.Principal, k.Operation, k.Key).Scan(&digest, &status, &leaseLeftSec, &header, &body)
+			WHERE principal = $1 AND operation = $2 AND key = $3`,
+			k.Principal, k.Operation, k.Key).Scan(&digest, &status, &leaseLeftSec, &expired, &header, &body)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // swept or released meanwhile: claim again
 		}
@@ -122,20 +134,82 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 		}
 		var d idempotency.Digest
 		copy(d[:], digest)
-		if status != 0 {
-			resp := &idempotency.Response{Status: status, Body: body}
-			if err := json.Unmarshal(header, &resp.Header); err != nil {
-				return idempotency.Claim{}, fmt.Errorf("pgstore: decode recorded header: %w", err)
-			}
-			return idempotency.Claim{State: idempotency.Completed, Digest: d, Response: resp}, nil
-		}
 		left := time.Duration(leaseLeftSec * float64(time.Second))
-		if left > 0 || d != req.Digest {
-			return idempotency.Claim{State: idempotency.InProgress, Digest: d, LeaseLeft: max(left, 0)}, nil
+		if !expired {
+			if status != 0 {
+				resp := &idempotency.Response{Status: status, Body: body}
+				if err := json.Unmarshal(header, &resp.Header); err != nil {
+					return idempotency.Claim{}, fmt.Errorf("pgstore: decode recorded header: %w", err)
+				}
+				return idempotency.Claim{State: idempotency.Completed, Digest: d, Response: resp}, nil
+			}
+			if left > 0 || d != req.Digest {
+				return idempotency.Claim{State: idempotency.InProgress, Digest: d, LeaseLeft: max(left, 0)}, nil
+			}
 		}
-		// The lease expired between the insert and the lookup: claim again.
+		// Past its TTL, or its lease expired with the same digest: free,
+		// unless its owner's transaction still holds the row.
+		if ownerAlive {
+			return idempotency.Claim{State: idempotency.InProgress, Digest: d}, nil
+		}
+		tag, err = s.pool.Exec(ctx, `UPDATE idempotency_keys SET
+				digest = $4, token = $5,
+				lease_until = clock_timestamp() + $6::bigint * interval '1 microsecond',
+				expires_at = clock_timestamp() + $7::bigint * interval '1 microsecond',
+				status = 0, header = NULL, body = NULL
+			WHERE principal = $1 AND operation = $2 AND key = $3
+				AND (expires_at <= clock_timestamp()
+					OR (status = 0 AND lease_until <= clock_timestamp() AND digest = $4))
+				AND (principal, operation, key) IN (
+					SELECT principal, operation, key FROM idempotency_keys
+					WHERE principal = $1 AND operation = $2 AND key = $3
+					FOR UPDATE SKIP LOCKED)`,
+			k.Principal, k.Operation, k.Key, req.Digest[:], tok,
+			req.Lease.Microseconds(), req.TTL.Microseconds())
+		if err != nil {
+			return idempotency.Claim{}, fmt.Errorf("pgstore: take key over: %w", err)
+		}
+		if tag.RowsAffected() == 1 {
+			c, ok, err := s.own(ctx, k, tok, req.TTL)
+			if err != nil || ok {
+				return c, err
+			}
+			continue
+		}
+		// Not taken over: its owner's transaction holds the row, or it
+		// changed meanwhile. Look again: if it is still free by its lease
+		// and TTL, its owner is alive.
+		ownerAlive = true
 	}
 	return idempotency.Claim{}, fmt.Errorf("pgstore: key kept changing during %d claims", maxTries)
+}
+
+// own begins the owner's transaction for the claim of token and locks the
+// key's row in it, for as long as it is open. It reports false if the
+// claim was already taken over (a lease shorter than the time between the
+// claim and the lock).
+func (s *Store) own(ctx context.Context, k idempotency.Key, token []byte, ttl time.Duration) (idempotency.Claim, bool, error) {
+	// The transaction outlives the request's cancellation: the middleware
+	// commits or aborts it.
+	bg := context.WithoutCancel(ctx)
+	tx, err := s.pool.Begin(bg)
+	if err != nil {
+		_ = s.release(bg, k, token)
+		return idempotency.Claim{}, false, fmt.Errorf("pgstore: begin: %w", err)
+	}
+	var one int
+	err = tx.QueryRow(ctx, `SELECT 1 FROM idempotency_keys
+		WHERE principal = $1 AND operation = $2 AND key = $3 AND token = $4
+		FOR UPDATE`, k.Principal, k.Operation, k.Key, token).Scan(&one)
+	if err != nil {
+		_ = tx.Rollback(bg)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return idempotency.Claim{}, false, nil
+		}
+		_ = s.release(bg, k, token)
+		return idempotency.Claim{}, false, fmt.Errorf("pgstore: lock claimed key: %w", err)
+	}
+	return idempotency.Claim{State: idempotency.Owned, Txn: &txn{s: s, tx: tx, key: k, token: token, ttl: ttl}}, true, nil
 }
 
 func (s *Store) release(ctx context.Context, k idempotency.Key, token []byte) error {

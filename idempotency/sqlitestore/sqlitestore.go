@@ -11,6 +11,13 @@
 // at a time: owners' transactions run one after another, and a handler that
 // writes through the *sql.DB instead of Tx waits on its own transaction
 // until the busy timeout.
+//
+// An owner's transaction holds the write lock while it is open, so a live
+// owner keeps its key past its lease: a claim that would take it over
+// waits for the lock (up to the busy timeout) and then finds the key
+// completed or released; the owner's Commit lands. An owner that dies
+// releases the lock with its process, and its key is free once its lease
+// has expired.
 package sqlitestore
 
 import (

@@ -19,8 +19,9 @@ import (
 // a context carries it); a second is InProgress with the first's digest
 // and the lease left; an abort frees the key, so the next claim is Owned
 // again; after a commit, a claim with another digest finds it Completed,
-// with the recorded digest and response. The key is one no other test
-// uses, so s may be shared.
+// with the recorded digest and response. Then a live owner outlives its
+// lease (see liveOwner). The keys are ones no other test uses, so s may be
+// shared.
 func Run(t *testing.T, s idempotency.Store, hasTx func(context.Context) bool) {
 	t.Helper()
 	ctx := context.Background()
@@ -58,4 +59,71 @@ func Run(t *testing.T, s idempotency.Store, hasTx func(context.Context) bool) {
 	require.NotNil(t, done.Response)
 	assert.Equal(t, 201, done.Response.Status)
 	assert.Equal(t, "made", string(done.Response.Body))
+
+	liveOwner(t, s)
+}
+
+// liveOwnerLease is the lease of liveOwner's claim: short, so that the test
+// outlives it.
+const liveOwnerLease = 50 * time.Millisecond
+
+// liveOwner checks the Store contract for an owner that outlives its lease
+// while alive (its transaction still open): its key is not taken over, as
+// it would be from an owner that died. A claim of the key meanwhile
+// reports it InProgress, or waits until the owner's transaction ends (a
+// store with one writer at a time, as SQLite) and reports what it left;
+// it is never Owned. The owner's commit then lands, and the key replays.
+func liveOwner(t *testing.T, s idempotency.Store) {
+	ctx := context.Background()
+	req := idempotency.ClaimRequest{
+		Key:    idempotency.Key{Principal: "storetest", Operation: "POST /live", Key: t.Name() + time.Now().Format(time.RFC3339Nano)},
+		Digest: idempotency.Digest{3},
+		Lease:  liveOwnerLease,
+		TTL:    time.Hour,
+	}
+	owner, err := s.Claim(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Owned, owner.State)
+	time.Sleep(2 * liveOwnerLease) // the owner, alive, outlives its lease
+
+	type result struct {
+		claim idempotency.Claim
+		err   error
+	}
+	retried := make(chan result, 1)
+	go func() {
+		c, err := s.Claim(ctx, req)
+		retried <- result{c, err}
+	}()
+	check := func(r result) {
+		t.Helper()
+		require.NoError(t, r.err)
+		if r.claim.State == idempotency.Owned {
+			_ = r.claim.Txn.Abort(ctx)
+		}
+		assert.NotEqual(t, idempotency.Owned, r.claim.State, "a live owner's key was taken over: its handler would run twice")
+		if r.claim.State == idempotency.Completed {
+			assert.Equal(t, 201, r.claim.Response.Status)
+		}
+	}
+	// Either the claim answers at once (InProgress), or it waits for the
+	// owner's transaction: the owner commits meanwhile in both cases.
+	select {
+	case r := <-retried:
+		check(r)
+		retried = nil
+	case <-time.After(liveOwnerLease):
+	}
+	assert.NoError(t, owner.Txn.Commit(ctx, &idempotency.Response{Status: 201, Body: []byte("once")}), "the live owner's commit lands")
+	if retried != nil {
+		check(<-retried)
+	}
+
+	done, err := s.Claim(ctx, req)
+	require.NoError(t, err)
+	if done.State == idempotency.Owned {
+		_ = done.Txn.Abort(ctx)
+	}
+	require.Equal(t, idempotency.Completed, done.State)
+	assert.Equal(t, "once", string(done.Response.Body))
 }
