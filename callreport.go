@@ -22,7 +22,7 @@ func (c *call) ended(start time.Time, resp *http.Response, err error) {
 			r.Endpoint = keyOf(c.req.URL).String()
 		}
 		if c.keyed {
-			r.IdempotencyKey = idempotencyKeyOf(c.req.Header, c.cfg.Idempotency.Header)
+			r.IdempotencyKey = idempotencyKey(c.req.Header, c.cfg.Idempotency.Header)
 		}
 	}
 	if c.cfg.observed() {

@@ -86,7 +86,7 @@ func (c *call) keyRequest() {
 		return
 	}
 	c.keyed = true
-	if idempotencyKeyOf(c.req.Header, o.Header) != "" {
+	if idempotencyKey(c.req.Header, o.Header) != "" {
 		return
 	}
 	key := newIdempotencyKey()
@@ -96,22 +96,21 @@ func (c *call) keyRequest() {
 	if r.Header == nil {
 		r.Header = make(http.Header, 1)
 	}
+	for k := range r.Header {
+		if strings.EqualFold(k, o.Header) {
+			delete(r.Header, k) // an empty key under any spelling: one field goes, the made one
+		}
+	}
 	r.Header[o.Header] = []string{key}
 	c.req = r
 }
 
-// idempotencyKeyOf returns the first value of the header name in h under
-// any spelling of its name: field names are case-insensitive, and a caller
-// or a proxy may set a map key that is not canonical ("idempotency-key").
-// The canonical spelling is looked up first.
-func idempotencyKeyOf(h http.Header, name string) string {
-	if vs := h[name]; len(vs) > 0 {
+// idempotencyKey returns the key h carries in the field name, under any
+// spelling of the name: field names are case-insensitive, and a caller or
+// a proxy may set a map key that is not canonical ("idempotency-key").
+func idempotencyKey(h http.Header, name string) string {
+	if vs := headerValues(h, name); len(vs) > 0 {
 		return vs[0]
-	}
-	for k, vs := range h {
-		if len(vs) > 0 && strings.EqualFold(k, name) {
-			return vs[0]
-		}
 	}
 	return ""
 }

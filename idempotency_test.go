@@ -141,6 +141,30 @@ func TestIdempotencyCallerKeyNonCanonicalName(t *testing.T) {
 	assert.Equal(t, http.Header{"idempotency-key": {"order-7"}}, req.Header, "the caller's request is not changed")
 }
 
+// An empty key under a non-canonical name is no key: the made key
+// replaces it, and the upstream sees one field.
+func TestIdempotencyEmptyCallerKeyReplaced(t *testing.T) {
+	var mu sync.Mutex
+	var seen [][]string
+	up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		mu.Lock()
+		seen = append(seen, r.Header.Values("Idempotency-Key"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	})
+	c := newTestClient(t, idemOptions())
+	req := newTestRequest(t, context.Background(), http.MethodPost, up.URL(), strings.NewReader("x"))
+	req.Header["idempotency-key"] = []string{""}
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	readBody(t, resp)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, seen, 1)
+	require.Len(t, seen[0], 1, "one key field on the wire, not the empty one beside the made one")
+	assert.NotEmpty(t, seen[0][0])
+}
+
 func TestIdempotencyOffLeavesWritesAlone(t *testing.T) {
 	keys := &keyRecorder{}
 	up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
