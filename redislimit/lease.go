@@ -2,10 +2,12 @@ package redislimit
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/ratelimiter"
+	"github.com/go-redis/redis_rate/v10"
 	"github.com/resilienthttp/resilience"
 )
 
@@ -15,13 +17,13 @@ type bucket struct {
 	key string // in Redis (redis_rate puts "rate:" before it)
 
 	mu        sync.Mutex
-	leased    int           // permits in hand, valid until expires
-	expires   time.Time     // when the lease's permits are dropped
-	emptiedAt time.Time     // when the last lease ran out, if it did
-	batch     int           // permits the next lease asks for
-	notBefore time.Time     // Redis refused: no permit is due before
-	refill    chan struct{} // closed when the lease request in flight ends; nil if none
-	last      time.Time     // last call, to forget idle keys
+	leased    int        // permits in hand, valid until expires
+	expires   time.Time  // when the lease's permits are dropped
+	emptiedAt time.Time  // when the last lease ran out, if it did
+	batch     int        // permits the next lease asks for
+	notBefore time.Time  // Redis refused: no permit is due before
+	refill    *redisCall // the lease request in flight; nil if none
+	last      time.Time  // last call, to forget idle keys
 
 	local   ratelimiter.RateLimiter[any] // the fallback share; kept across the switches
 	localOf int64                        // the replica count local was built for
@@ -30,7 +32,7 @@ type bucket struct {
 // takeShared hands over a permit from the lease, or asks Redis for a new
 // lease. again reports that Redis failed, or that the caller should ask
 // once more at once.
-func (b *bucket) takeShared(ctx context.Context, l *Limiter, h *health, tries int) (res resilience.SharedRateResult, again bool, err error) {
+func (b *bucket) takeShared(ctx context.Context, l *Limiter, h *health) (res resilience.SharedRateResult, again bool, err error) {
 	now := time.Now()
 	b.mu.Lock()
 	b.last = now
@@ -39,14 +41,12 @@ func (b *bucket) takeShared(ctx context.Context, l *Limiter, h *health, tries in
 		b.mu.Unlock()
 		return res, false, nil
 	}
-	if ch := b.refill; ch != nil {
+	if c := b.refill; c != nil {
 		b.mu.Unlock()
-		select {
-		case <-ch:
-			return res, true, nil
-		case <-ctx.Done():
-			return res, false, ctx.Err()
+		if err := b.await(ctx, l, c); err != nil {
+			return res, false, err
 		}
+		return res, true, nil
 	}
 	if now.Before(b.notBefore) {
 		res.Wait = b.notBefore.Sub(now)
@@ -63,38 +63,71 @@ func (b *bucket) takeShared(ctx context.Context, l *Limiter, h *health, tries in
 	}
 	b.leased = 0
 	n := b.batch
-	ch := make(chan struct{})
-	b.refill = ch
+	c := l.newCall()
+	b.refill = c
 	b.mu.Unlock()
-
-	rctx, cancel := l.redisCtx(ctx)
-	r, err := l.gcra.AllowN(rctx, b.key, l.limit, n)
-	cancel()
-
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.refill = nil
-	close(ch)
-	if err != nil {
-		l.fail(err)
-		return res, true, nil
+	l.do(c, func(ctx context.Context) error {
+		r, err := l.gcra.AllowN(ctx, b.key, l.limit, n)
+		if err == nil {
+			b.mu.Lock()
+			if b.refill == c { // not abandoned: its waiters get the lease
+				b.lease(l, r, n)
+			}
+			b.mu.Unlock()
+		}
+		return err
+	}, func(err error) {
+		b.mu.Lock()
+		if b.refill == c {
+			b.refill = nil
+		}
+		b.mu.Unlock()
+		if err != nil {
+			l.fail(err)
+		}
+	})
+	if err := b.await(ctx, l, c); err != nil {
+		return res, false, err
 	}
-	now = time.Now()
+	return res, true, nil
+}
+
+// await waits for the lease request c: until it ends, or until its
+// Timeout passes, when the request is abandoned (a late answer is
+// discarded) and Redis counts as down; or until ctx ends, whose error it
+// returns.
+func (b *bucket) await(ctx context.Context, l *Limiter, c *redisCall) error {
+	err := c.wait(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return err
+	}
+	b.mu.Lock()
+	if b.refill == c {
+		b.refill = nil
+	}
+	b.mu.Unlock()
+	l.fail(err)
+	return nil
+}
+
+// lease takes the answer r of Redis to a request for n permits. b.mu is
+// held.
+func (b *bucket) lease(l *Limiter, r *redis_rate.Result, n int) {
+	now := time.Now()
 	if r.Allowed > 0 {
 		b.leased, b.expires = r.Allowed, now.Add(l.leaseTTL)
-		return b.handOver(l, h, now), false, nil
+		return
 	}
 	// Refused: RetryAfter is when n permits are free; one is free n-1
-	// intervals sooner. Ask again for one alone if it is free now.
+	// intervals sooner. The next request asks for one alone, at once if
+	// it is free now.
 	b.batch, b.expires = 1, time.Time{}
-	wait := r.RetryAfter - time.Duration(n-1)*l.interval
-	if wait <= 0 && tries == 0 {
-		return res, true, nil
+	if wait := r.RetryAfter - time.Duration(n-1)*l.interval; wait > 0 {
+		b.notBefore = now.Add(max(wait, time.Millisecond))
 	}
-	wait = max(wait, time.Millisecond)
-	b.notBefore = now.Add(wait)
-	res.Wait = wait
-	return res, false, nil
 }
 
 // handOver gives the caller a permit of the lease; in the grace after

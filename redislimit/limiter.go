@@ -32,7 +32,11 @@ type Options struct {
 	Replicas int
 
 	// Timeout bounds each Redis call; a call that takes longer counts as
-	// Redis being unreachable. Default 50ms.
+	// Redis being unreachable, and no caller waits for Redis longer than
+	// this, whatever the client's own timeouts (go-redis honours a
+	// context's deadline only with ContextTimeoutEnabled; without it, the
+	// call runs on until the client gives up, in the background, and its
+	// answer is discarded). Default 50ms.
 	Timeout time.Duration
 
 	// Prefix is put before every Redis key the Limiter writes. Default
@@ -107,10 +111,11 @@ type Limiter struct {
 	observed atomic.Int64 // replicas counted at the last heartbeat; 0: none yet
 	keepUp   atomic.Int64 // until then (unix ns) the count may rise but not fall: Redis came back and the replicas are announcing themselves again
 
-	wake chan struct{} // a call saw Redis fail: the prober starts probing
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	slots chan struct{} // one per Redis call still running (maxInFlight)
+	wake  chan struct{} // a call saw Redis fail: the prober starts probing
+	stop  chan struct{}
+	done  chan struct{}
+	once  sync.Once
 }
 
 // health is whether the Limiter uses Redis, as one immutable value.
@@ -162,6 +167,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		// (+20% jitter) and one Timeout of Redis answering.
 		grace: probeMax*6/5 + opts.Timeout + 20*time.Millisecond,
 		id:    newID(),
+		slots: make(chan struct{}, maxInFlight),
 		wake:  make(chan struct{}, 1),
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
@@ -175,15 +181,20 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 }
 
 // Close stops the Limiter's background work and withdraws the process
-// from the replica count. Calls made after Close still get answers.
+// from the replica count (waiting at most Options.Timeout for Redis).
+// Calls made after Close still get answers. Redis calls that a stalled
+// Redis still holds past their Timeout (at most 16) are not waited for:
+// they end when the client's own timeouts end them, or when it is closed.
 func (l *Limiter) Close() error {
 	l.once.Do(func() {
 		close(l.stop)
 		<-l.done
 		if l.opts.Replicas == 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), l.opts.Timeout)
-			defer cancel()
-			l.rdb.ZRem(ctx, l.replicasKey(), l.id) // best effort: the heartbeat's TTL forgets it anyway
+			// Best effort, within the Timeout: the heartbeat's TTL forgets
+			// the process anyway.
+			l.start(func(ctx context.Context) error {
+				return l.rdb.ZRem(ctx, l.replicasKey(), l.id).Err()
+			}).wait(context.Background())
 		}
 	})
 	return nil
@@ -194,12 +205,12 @@ func (l *Limiter) Close() error {
 // Redis; or it says when the next one is due.
 func (l *Limiter) Take(ctx context.Context, key string) (resilience.SharedRateResult, error) {
 	b := l.bucket(key)
-	for tries := 0; ; tries++ {
+	for {
 		h := l.health.Load()
 		if h.down != nil {
 			return b.takeLocal(l, h.down), nil
 		}
-		res, again, err := b.takeShared(ctx, l, h, tries)
+		res, again, err := b.takeShared(ctx, l, h)
 		if !again {
 			return res, err
 		}
@@ -220,12 +231,6 @@ func (l *Limiter) bucket(key string) *bucket {
 	}
 	b, _ := l.buckets.LoadOrStore(key, &bucket{key: l.opts.Prefix + key, batch: 1})
 	return b.(*bucket)
-}
-
-// redisCtx bounds a Redis call by Timeout. It does not end with the
-// caller's context: other calls may be waiting on it.
-func (l *Limiter) redisCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), l.opts.Timeout)
 }
 
 func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }

@@ -310,12 +310,12 @@ func TestCallerCancelWhileLeaseInFlight(t *testing.T) {
 	cancel()
 	b := l.bucket("k")
 	b.mu.Lock()
-	b.refill = make(chan struct{}) // another call's lease request in flight
+	b.refill = l.newCall() // another call's lease request in flight
 	b.mu.Unlock()
 	_, err := l.Take(ctx, "k")
 	assert.True(t, errors.Is(err, context.Canceled), "a caller that leaves stops waiting for another's lease request")
 	b.mu.Lock()
-	close(b.refill)
+	close(b.refill.done)
 	b.refill = nil
 	b.mu.Unlock()
 }

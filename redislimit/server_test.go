@@ -66,7 +66,8 @@ func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port)
 func (s *redisServer) start() {
 	s.t.Helper()
 	s.cmd = exec.Command(s.bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"))
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"),
+		"--enable-debug-command", "local") // DEBUG SLEEP stalls it (Redis 7 refuses DEBUG by default)
 	require.NoError(s.t, s.cmd.Start())
 	rdb := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
 	defer rdb.Close()
