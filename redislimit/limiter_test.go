@@ -18,20 +18,30 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// countRoundTrips counts the commands rdb sends to Redis.
-type countRoundTrips struct{ n atomic.Int64 }
+// countRoundTrips counts the lease requests rdb sends to Redis (the
+// scripts of redis_rate), or with all every round trip: each command, and
+// each pipeline as one.
+type countRoundTrips struct {
+	all bool
+	n   atomic.Int64
+}
 
 func (c *countRoundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *countRoundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == "evalsha" || cmd.Name() == "eval" {
+		if c.all || cmd.Name() == "evalsha" || cmd.Name() == "eval" {
 			c.n.Add(1)
 		}
 		return next(ctx, cmd)
 	}
 }
 func (c *countRoundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if c.all {
+			c.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
 }
 
 func newLimiter(t *testing.T, rdb redis.UniversalClient, opts Options) *Limiter {
