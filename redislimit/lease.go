@@ -68,7 +68,7 @@ func (b *bucket) takeShared(ctx context.Context, l *Limiter, h *health) (res res
 		b.mu.Unlock()
 		return res, false, nil
 	}
-	n, step := b.size(l, now)
+	n, step := b.size(l, h, now)
 	b.left, b.asks, b.askedAt = 0, 0, now
 	c := l.newCall()
 	b.refill = c
@@ -102,8 +102,9 @@ func (b *bucket) takeShared(ctx context.Context, l *Limiter, h *health) (res res
 // size is the next lease's permits and their step, from the calls that
 // asked since the last lease request: about one lease period of them at
 // their rate, at least one and at most maxLease, handed out no faster than
-// the shared rate. A first request asks for one. b.mu is held.
-func (b *bucket) size(l *Limiter, now time.Time) (int, time.Duration) {
+// the shared rate (and, in the grace after Redis came back, than the local
+// share). A first request asks for one. b.mu is held.
+func (b *bucket) size(l *Limiter, h *health, now time.Time) (int, time.Duration) {
 	if b.askedAt.IsZero() {
 		return 1, l.leasePeriod
 	}
@@ -111,8 +112,14 @@ func (b *bucket) size(l *Limiter, now time.Time) (int, time.Duration) {
 	perPeriod := float64(b.asks) * float64(l.leasePeriod) / float64(since)
 	n := int(min(math.Ceil(perPeriod), float64(l.maxLease)))
 	n = max(n, 1)
-	step := time.Duration(float64(l.leasePeriod) / max(perPeriod, float64(n)))
-	return n, max(step, l.interval)
+	step := max(time.Duration(float64(l.leasePeriod)/max(perPeriod, float64(n))), l.interval)
+	if now.Before(h.graceUntil) {
+		// The grace hands out no more than the local share: a lease paced
+		// faster would hold slots of the schedule that nobody spends.
+		step = max(step, l.interval*time.Duration(l.share()))
+		n = max(1, min(n, int(l.leasePeriod/step)))
+	}
+	return n, step
 }
 
 // await waits for the lease request c: until it ends, or until its
@@ -178,6 +185,7 @@ func (b *bucket) takeLocal(l *Limiter, why error) resilience.SharedRateResult {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.last = time.Now()
+	b.asks++   // the first lease after the outage is sized to the calls made during it
 	b.left = 0 // a lease from before the outage is not spent after it
 	lim, interval := b.localLimiter(l)
 	if lim.TryAcquirePermit() {
