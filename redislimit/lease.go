@@ -115,9 +115,12 @@ func (b *bucket) size(l *Limiter, h *health, now time.Time) (int, time.Duration)
 	step := max(time.Duration(float64(l.leasePeriod)/max(perPeriod, float64(n))), l.interval)
 	if now.Before(h.graceUntil) {
 		// The grace hands out no more than the local share: a lease paced
-		// faster would hold slots of the schedule that nobody spends.
+		// faster would hold slots of the schedule that nobody spends. And
+		// small leases: one spread at the share's pace over a lease period
+		// would be spent long after its slots, beside the fast leases
+		// that follow the grace.
 		step = max(step, l.interval*time.Duration(l.share()))
-		n = max(1, min(n, int(l.leasePeriod/step)))
+		n = max(1, min(n, l.burst))
 	}
 	return n, step
 }
