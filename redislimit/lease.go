@@ -30,6 +30,7 @@ type bucket struct {
 	left      int           // permits of the lease not handed out yet
 	next      time.Time     // the local GCRA's theoretical time of the next permit
 	step      time.Duration // between two permits of the lease
+	ahead     time.Duration // how far ahead of the pace a permit is handed out: the burst
 	end       time.Time     // the lease's permits are dropped from then
 	asks      int           // calls that asked for a permit since the last lease request
 	askedAt   time.Time     // when the last lease request was made
@@ -120,7 +121,7 @@ func (b *bucket) size(l *Limiter, h *health, now time.Time) (int, time.Duration)
 		// would be spent long after its slots, beside the fast leases
 		// that follow the grace.
 		step = max(step, l.interval*time.Duration(l.share()))
-		n = max(1, min(n, l.burst))
+		n = max(1, min(n, l.burst, int(l.leasePeriod/step)))
 	}
 	return n, step
 }
@@ -161,13 +162,19 @@ func (b *bucket) lease(l *Limiter, r *redis_rate.Result, n int, step time.Durati
 	start := now.Add(max(0, r.ResetAfter-time.Duration(n)*l.interval))
 	b.left, b.step, b.next = r.Allowed, step, start
 	b.end = start.Add(time.Duration(r.Allowed) * step)
+	// The burst: B-1 steps ahead of the pace, within the lease (and
+	// without overflowing a Duration for a long Period).
+	b.ahead = b.end.Sub(start)
+	if steps := int64(b.ahead / step); int64(l.burst-1) < steps {
+		b.ahead = time.Duration(l.burst-1) * step
+	}
 }
 
 // handOver gives the caller a permit of the lease, or says when the next
 // is due; in the grace after Redis came back, only if the local share has
 // one too. b.mu is held.
 func (b *bucket) handOver(l *Limiter, h *health, now time.Time) resilience.SharedRateResult {
-	if due := b.next.Add(-time.Duration(l.burst-1) * b.step); now.Before(due) {
+	if due := b.next.Add(-b.ahead); now.Before(due) {
 		return resilience.SharedRateResult{Wait: due.Sub(now)}
 	}
 	if now.Before(h.graceUntil) {
