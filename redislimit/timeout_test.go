@@ -97,7 +97,9 @@ func TestNewWithinTimeoutAgainstBlackHole(t *testing.T) {
 }
 
 func TestCallWithinDeadlineWhileRedisStalls(t *testing.T) {
-	srv := startRedis(t) // its own: DEBUG SLEEP stalls the whole server
+	// Its own server, as DEBUG SLEEP stalls the whole of it; Redis 7
+	// refuses DEBUG unless enabled (and Redis 6 knows no such option).
+	srv := startRedis(t, "--enable-debug-command", "local")
 	var hits atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 	defer up.Close()
