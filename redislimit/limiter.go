@@ -85,7 +85,7 @@ const (
 // sees at most the permits whose slots fall within L + Period/3:
 // Rate·L/Period + Rate/3 + B + 1. That worst case needs leases spread at a slow pace whose calls are all
 // held back to their ends; a fleet whose processes keep their pace, over
-// their share or under it, sends the rate (bench/redislimit.sh: 200 to 203
+// their share or under it, sends the rate (bench/redislimit.sh: 199 to 203
 // per second against a limit of 200).
 //
 // # When Redis is slow or down
@@ -106,7 +106,7 @@ const (
 // processes are on their fallback. During a switch, the leases granted
 // before it are still spent (up to half a Period of the rate) beside the
 // shares of the processes that switched first: the test fleet of four at
-// 200/s sent 220 in the second Redis was killed. A Redis outage never
+// 200/s sent about 220 in the second Redis was killed. A Redis outage never
 // fails a call by itself.
 type Limiter struct {
 	rdb      redis.UniversalClient
