@@ -83,10 +83,10 @@ const (
 // A permit is thus handed out at most B-1 intervals before its slot and
 // at most Period/3 after it, so in any window of length L the upstream
 // sees at most the permits whose slots fall within L + Period/3:
-// Rate·L/Period + Rate/3 + B + 1. That worst case needs leases spread at a slow pace whose calls are all
-// held back to their ends; a fleet whose processes keep their pace, over
-// their share or under it, sends the rate (bench/redislimit.sh: 199 to 203
-// per second against a limit of 200).
+// Rate·L/Period + Rate/3 + B + 1. That worst case needs leases spread at
+// a slow pace whose calls are all held back to their ends; a fleet whose
+// processes keep their pace, over their share or under it, sends the rate
+// (bench/redislimit.sh: 199 to 203 per second against a limit of 200).
 //
 // # When Redis is slow or down
 //
