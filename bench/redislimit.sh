@@ -3,8 +3,9 @@
 # run.sh (REDISLIMIT=0 skips it) or alone: starts a redis-server on a free
 # loopback port, measures the per-call cost of the shared rate beside the
 # local one (medians of COUNT rounds), runs the fleet experiment (4
-# processes, 200/s, 10 s, Redis killed at 4 s and started again at 6 s),
-# and writes results/redislimit.md.
+# processes, 200/s, 10 s, Redis killed at 4 s and started again at 6 s)
+# and the fleet's Redis round trips per call sent (issue 18: over its
+# share, and at 50 calls/s per process), and writes results/redislimit.md.
 set -euo pipefail
 cd "$(dirname "$0")"
 export PATH="$PATH:/usr/local/go/bin"
@@ -31,8 +32,10 @@ shared_ns=$(median Shared)
 
 echo "== redislimit: the fleet experiment (~12 s)" >&2
 REDISLIMIT_FLEET_FULL=1 REDISLIMIT_FLEET_REPORT="$dir/fleet.md" go test -count=1 -run '^TestFleet$' -v . >&2
+echo "== redislimit: Redis round trips per call sent (~20 s)" >&2
+REDISLIMIT_FLEET_TRIPS=1 REDISLIMIT_FLEET_TRIPS_REPORT="$dir/trips.md" go test -count=1 -run '^TestFleetRoundTrips$' -v . >&2
 {
-	echo "# redislimit: a rate shared through Redis (issue 12)"
+	echo "# redislimit: a rate shared through Redis (issues 12 and 18)"
 	echo
 	echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), $(go version | awk '{print $3}'), $(nproc) cores, redis-server $(redis-server --version | awk '{print $3}' | cut -d= -f2), load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo
@@ -53,5 +56,11 @@ REDISLIMIT_FLEET_FULL=1 REDISLIMIT_FLEET_REPORT="$dir/fleet.md" go test -count=1
 	echo '`REDISLIMIT_FLEET_FULL=1 go test -run TestFleet -v .` in redislimit/ (seconds counted from the common start):'
 	echo
 	cat "$dir/fleet.md"
+	echo
+	echo "## Redis round trips per call sent (issue 18)"
+	echo
+	echo '`REDISLIMIT_FLEET_TRIPS=1 go test -run TestFleetRoundTrips -v .` in redislimit/: the same 4 processes, Redis up all along, 5 s each; a go-redis hook in every process counts its commands and pipelines from the start of the run until its calls have returned.'
+	echo
+	cat "$dir/trips.md"
 } >"$out"
 echo "wrote $out" >&2

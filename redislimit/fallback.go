@@ -81,8 +81,11 @@ func (l *Limiter) run() {
 // (a sorted set of members scored by their last heartbeat); with
 // Options.Replicas set, it only checks that Redis answers.
 func (l *Limiter) heartbeat() error {
-	ctx, cancel := l.redisCtx(context.Background())
-	defer cancel()
+	return l.start(l.announce).wait(context.Background())
+}
+
+// announce is the heartbeat's Redis call.
+func (l *Limiter) announce(ctx context.Context) error {
 	if l.opts.Replicas > 0 {
 		return l.rdb.Ping(ctx).Err()
 	}

@@ -22,6 +22,7 @@ type redisServer struct {
 	bin  string
 	port int
 	dir  string
+	args []string // more arguments to redis-server
 	cmd  *exec.Cmd
 }
 
@@ -38,14 +39,14 @@ func redisAddr(t *testing.T) string {
 }
 
 // startRedis starts a redis-server of the test's own, on a free loopback
-// port, stopped when the test ends.
-func startRedis(t *testing.T) *redisServer {
+// port, stopped when the test ends; args are more arguments to it.
+func startRedis(t *testing.T, args ...string) *redisServer {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		missingServer(t, "redis-server is not on the PATH (Debian: apt-get install redis-server)")
 	}
-	s := &redisServer{t: t, bin: bin, port: freePort(t), dir: t.TempDir()}
+	s := &redisServer{t: t, bin: bin, port: freePort(t), dir: t.TempDir(), args: args}
 	s.start()
 	t.Cleanup(s.kill)
 	return s
@@ -65,8 +66,8 @@ func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port)
 // waits until it answers.
 func (s *redisServer) start() {
 	s.t.Helper()
-	s.cmd = exec.Command(s.bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"))
+	s.cmd = exec.Command(s.bin, append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log")}, s.args...)...)
 	require.NoError(s.t, s.cmd.Start())
 	rdb := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
 	defer rdb.Close()
