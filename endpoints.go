@@ -83,8 +83,13 @@ func resolveEndpoints(hg *HedgingOptions, perHost bool, bad func(string, any, st
 	switch {
 	case hg.Routing < RouteOrdered || hg.Routing > RouteWeighted:
 		return nil, bad("Hedging.Routing", hg.Routing, "must be RouteOrdered or RouteWeighted")
-	case len(hg.Endpoints) == 0:
+	case hg.Endpoints == nil:
 		return nil, nil
+	case len(hg.Endpoints) == 0:
+		// An explicit empty list (JSON []) is a mistake, not "none": a
+		// list that lost its entries would otherwise send every call to
+		// the request's own URL without a word.
+		return nil, bad("Hedging.Endpoints", "[]", "must hold at least one endpoint; leave it unset for none")
 	case len(hg.Endpoints) > maxEndpoints:
 		return nil, bad("Hedging.Endpoints", len(hg.Endpoints), fmt.Sprintf("must hold at most %d endpoints", maxEndpoints))
 	case !perHost:

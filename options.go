@@ -362,7 +362,7 @@ type HedgingOptions struct {
 	// once. Admission control (RateLimit) stays the request's authority's,
 	// and so does the quota the endpoints announce (IgnoreServerQuota):
 	// it is kept as one, as an account's quota across regions is.
-	// At most 16.
+	// At most 16; nil for none (an empty, non-nil list is an error).
 	Endpoints []Endpoint
 
 	// Routing says how attempts are spread over Endpoints. Default
