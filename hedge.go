@@ -133,7 +133,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 	refused, reported, cappedReported := false, false, false
 	another := func(delay time.Duration, speculative bool) bool {
 		refused = false
-		if len(attempts) > hedges || c.h.isolated.Load() {
+		if len(attempts) > hedges || c.h.isolated.Load() || (rt != nil && !rt.left()) {
 			return false
 		}
 		if c.s.breaker() != nil && c.s.circuit.Load() != int32(CircuitClosed) {
@@ -208,6 +208,9 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 					c.emit(Event{Kind: EventCircuitRejected, Attempt: o.n, Err: o.err})
 				}
 			case outcomeFailure:
+				if rt != nil {
+					rt.ended(o.ep, o.err) // an endpoint's own failure drops it from the call
+				}
 				if last != nil {
 					go c.discardOutcome(last) // never keep the next outcome waiting on a loser
 				}

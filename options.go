@@ -359,7 +359,9 @@ type HedgingOptions struct {
 	// another, as Routing says. Each endpoint has a circuit breaker of its
 	// own, so PerHost.Enabled is required (NewHedgingTransport sets it); an
 	// attempt whose endpoint's circuit is open goes to the next endpoint at
-	// once. Admission control (RateLimit) stays the request's authority's,
+	// once. An endpoint's own failure, its TLS, ends no call while another
+	// endpoint is left: the call moves on and never tries that endpoint
+	// again (unless Retry.ShouldRetry says not to retry). Admission control (RateLimit) stays the request's authority's,
 	// and so does the quota the endpoints announce (IgnoreServerQuota):
 	// it is kept as one, as an account's quota across regions is.
 	// At most 16; nil for none (an empty, non-nil list is an error).

@@ -126,7 +126,10 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 			}
 			return nil, err // rejected, total timeout, cancelled, the request's own failure
 		}
-		if !c.repeatable || n > cfg.Retry.MaxRetries || !c.body.replayable() || !c.retryable {
+		if rt != nil {
+			rt.ended(rt.last, err) // an endpoint's own failure drops it from the call
+		}
+		if !c.repeatable || n > cfg.Retry.MaxRetries || !c.body.replayable() || !c.retryable || (rt != nil && !rt.left()) {
 			return c.result(resp, err)
 		}
 		wait, ok := c.nextDelay(n, resp, err)
@@ -377,12 +380,14 @@ func requestFault(body *sentBody, err error) error {
 // judge tells s's circuit breaker and the retry budget how an attempt went
 // (the first of its call, or a later one), and reports whether it is a
 // failure the retry layer would retry. The standard classification
-// (IsTransient) is computed once for all three.
+// (IsTransient) is computed once for all three; with Hedging.Endpoints it
+// counts an endpoint's own failure (endpointFault) too, which moves the
+// call on to another endpoint.
 func (c *call) judge(s *hostState, first bool, resp *http.Response, err error) (retryable bool) {
 	cfg := c.cfg
 	var transient bool
 	if cfg.Retry.ShouldRetry == nil || cfg.CircuitBreaker.ShouldHandle == nil {
-		transient = IsTransient(resp, err)
+		transient = IsTransient(resp, err) || (cfg.route != nil && endpointFault(err))
 	}
 	retryable = transient
 	if f := cfg.Retry.ShouldRetry; f != nil {
