@@ -207,3 +207,58 @@ func TestEndpointsTLSFailureHedged(t *testing.T) {
 		})
 	}
 }
+
+// Issue 18, item 7: a Retry-After speaks for the endpoint that sent it.
+// Failover to another endpoint waits the backoff only; a retry to the same
+// endpoint still honours it. Retry-After: 5 does not fit in the total
+// timeout of 3s, so a call that honoured it would answer with the 503 at
+// once: the wait chosen is read from the EventRetry and the Report, not
+// from a clock.
+func TestEndpointsFailoverIgnoresOtherEndpointsRetryAfter(t *testing.T) {
+	throttled := newReplica(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "5")
+		http.Error(w, "later", http.StatusServiceUnavailable)
+	})
+	healthy := newReplica(t, answer("healthy"))
+	options := func(rec *evRecorder, eps ...*replica) Options {
+		return Options{
+			PerHost:      PerHostOptions{Enabled: true},
+			TotalTimeout: 3 * time.Second, AttemptTimeout: time.Second,
+			Retry:   RetryOptions{Delay: time.Millisecond, MaxDelay: 10 * time.Millisecond},
+			Hedging: HedgingOptions{Endpoints: endpointsOf(eps...)},
+			OnEvent: rec.add,
+		}
+	}
+	get := func(t *testing.T, tr http.RoundTripper) (*http.Response, *Report) {
+		var report Report
+		req, err := http.NewRequestWithContext(WithReport(context.Background(), &report), http.MethodGet, "http://orders.invalid/", nil)
+		require.NoError(t, err)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		return resp, &report
+	}
+
+	rec := &evRecorder{}
+	tr, err := NewTransport(&http.Transport{}, options(rec, throttled, healthy))
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+	resp, report := get(t, tr)
+	assert.Equal(t, "healthy", readBody(t, resp), "failed over without waiting for the other endpoint's Retry-After")
+	assert.Equal(t, 2, report.Attempts)
+	retries := rec.of(EventRetry)
+	require.Len(t, retries, 1)
+	assert.LessOrEqual(t, retries[0].Delay, 10*time.Millisecond, "the backoff, not the Retry-After")
+	assert.LessOrEqual(t, report.Waited, 10*time.Millisecond)
+
+	// The same endpoint again: its Retry-After holds, and since it does not
+	// fit in the total timeout the caller gets the 503 at once.
+	rec = &evRecorder{}
+	tr2, err := NewTransport(&http.Transport{}, options(rec, throttled))
+	require.NoError(t, err)
+	defer tr2.CloseIdleConnections()
+	resp, report = get(t, tr2)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	resp.Body.Close()
+	assert.Equal(t, 1, report.Attempts)
+	assert.Empty(t, rec.of(EventRetry))
+}

@@ -132,7 +132,9 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		if !c.repeatable || n > cfg.Retry.MaxRetries || !c.body.replayable() || !c.retryable || (rt != nil && !rt.left()) {
 			return c.result(resp, err)
 		}
-		wait, ok := c.nextDelay(n, resp, err)
+		// A Retry-After is the answering server's: a retry sent to another
+		// endpoint (failover) waits the backoff only.
+		wait, ok := c.nextDelay(n, resp, err, rt != nil && rt.ahead(c.h) != rt.last)
 		if !ok {
 			return c.result(resp, err) // the wait asked for does not fit: answer now
 		}
@@ -207,8 +209,9 @@ func (c *call) result(resp *http.Response, err error) (*http.Response, error) {
 // end past the call's deadline, the earlier of the total timeout and the
 // request context's own deadline (http.Client.Timeout is one). A
 // Retry-After honoured wins over DelayFunc, which wins over the computed
-// delay.
-func (c *call) nextDelay(n int, resp *http.Response, err error) (time.Duration, bool) {
+// delay. elsewhere says the retry goes to another endpoint than resp's:
+// resp's Retry-After does not apply to it.
+func (c *call) nextDelay(n int, resp *http.Response, err error, elsewhere bool) (time.Duration, bool) {
 	r := c.cfg.Retry
 	if c.delays == nil {
 		c.delays = newBackOff(r)
@@ -216,7 +219,7 @@ func (c *call) nextDelay(n int, resp *http.Response, err error) (time.Duration, 
 	wait := min(c.delays.NextBackOff(), r.MaxDelay)
 	now := time.Now()
 	honoured := false
-	if !r.IgnoreRetryAfter {
+	if !r.IgnoreRetryAfter && !elsewhere {
 		d, ok := retryAfter(resp, now)
 		if !ok && c.keyed {
 			d, ok = conflictRetryAfter(resp, now)
