@@ -49,6 +49,7 @@ type hedgeTarget struct {
 	idx      int       // the endpoint's index
 	probe    uint64
 	admitted bool
+	claimed  bool // a hedge that follows a failure claimed a retry budget token
 }
 
 type hedgeAttempt struct {
@@ -88,9 +89,9 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 	results := make(chan hedgeOutcome, 1+hedges)
 	var attempts []*hedgeAttempt
 	running := 0
-	launch := func(delay time.Duration) error {
+	launch := func(delay time.Duration, claimed bool) error {
 		n := len(attempts) + 1
-		t := hedgeTarget{s: c.s}
+		t := hedgeTarget{s: c.s, claimed: claimed}
 		var refused error
 		if rt != nil {
 			t.ep, t.s, t.probe, refused = c.admitRouted(rt)
@@ -112,7 +113,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		c.attempts++ // taken back if the circuit refuses it
 		running++
 		if refused != nil { // every endpoint's circuit refused: nothing to send
-			if n > 1 && c.budget() != nil {
+			if claimed {
 				c.budget().release()
 			}
 			results <- hedgeOutcome{n: n, kind: outcomeRejected, err: refused}
@@ -124,12 +125,13 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		return nil
 	}
 	// another sends one more hedge if the rules allow it, and says whether
-	// it did; refused says the budget alone stood in the way, so that the
-	// hedge is asked for again at the next hedge point. The budget's refusal
-	// is reported once per call, however often the hedge is asked for, and
-	// so is MaxExtraLoad's, which applies only to the hedges sent while an
-	// attempt still runs (speculative): one that follows a failure is a
-	// retry, which the budget bounds.
+	// it did; refused says the budget or the cap alone stood in the way, so
+	// that the hedge is asked for again at the next hedge point. A hedge sent
+	// while an attempt still runs (speculative) needs room under
+	// MaxExtraLoad, and nothing of the retry budget: the budget's job is
+	// failing retries, and a hedge that follows a failure is one, which
+	// claims a token as a retry does. Each refusal is reported once per
+	// call, however often the hedge is asked for.
 	refused, reported, cappedReported := false, false, false
 	another := func(delay time.Duration, speculative bool) bool {
 		refused = false
@@ -139,36 +141,38 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		if c.s.breaker() != nil && c.s.circuit.Load() != int32(CircuitClosed) {
 			return false // an open or probing circuit gets no extra load
 		}
-		if b := c.budget(); b != nil && !b.claim() {
-			if !reported {
-				reported = true
-				c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(attempts) + 1, Err: b.refusal(nil)})
+		claimed := false
+		if speculative {
+			if capped && !c.h.load.claim(cfg.Hedging.MaxExtraLoad) {
+				if !cappedReported {
+					cappedReported = true
+					c.emit(Event{Kind: EventHedgeCapped, Attempt: len(attempts) + 1, Delay: delay})
+				}
+				refused = true
+				return false
 			}
-			refused = true
-			return false
-		}
-		if speculative && capped && !c.h.load.claim(cfg.Hedging.MaxExtraLoad) {
-			if b := c.budget(); b != nil {
-				b.release()
+		} else if b := c.budget(); b != nil {
+			if why := b.take(); why != nil {
+				if !reported {
+					reported = true
+					c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(attempts) + 1, Err: why.of(nil)})
+				}
+				refused = true
+				return false
 			}
-			if !cappedReported {
-				cappedReported = true
-				c.emit(Event{Kind: EventHedgeCapped, Attempt: len(attempts) + 1, Delay: delay})
-			}
-			refused = true
-			return false
+			claimed = true
 		}
 		c.emit(Event{Kind: EventHedge, Attempt: len(attempts) + 1, Delay: delay})
-		if err := launch(delay); err != nil {
-			if b := c.budget(); b != nil {
-				b.release()
+		if err := launch(delay, claimed); err != nil {
+			if claimed {
+				c.budget().release()
 			}
 			return false
 		}
 		return true
 	}
 
-	if err := launch(0); err != nil {
+	if err := launch(0, false); err != nil {
 		return nil, c.errorf(nil, err, "")
 	}
 	var timer *time.Timer
@@ -245,12 +249,17 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 // the circuit breaker and the attempt deadline, on its own context. It
 // touches nothing of the call that the main goroutine writes.
 func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc, n int, delay time.Duration, body io.ReadCloser, getBody func() (io.ReadCloser, error), t hedgeTarget) hedgeOutcome {
-	// A hedge (n > 1) claimed a budget token; an outcome that is not
-	// judged settles the claim here.
+	// A hedge that follows a failure claimed a budget token; an outcome that
+	// is not judged settles the claim here. The retry budget counts the
+	// first attempt and those hedges, not the speculative ones.
 	settle := func() {
-		if n > 1 && c.budget() != nil {
+		if t.claimed {
 			c.budget().release()
 		}
+	}
+	var rb *retryBudget
+	if n == 1 || t.claimed {
+		rb = c.budget()
 	}
 	unsent := func() {
 		settle()
@@ -307,7 +316,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 			e.Endpoint, e.Host = t.ep.base, s.host
 		}
 		c.emit(e)
-		c.judge(s, n == 1, nil, ErrAttemptTimeout)
+		c.judge(s, n == 1, rb, nil, ErrAttemptTimeout)
 		return hedgeOutcome{n: n, err: ErrAttemptTimeout, kind: outcomeFailure, ep: t.idx}
 	case cause != nil || (err != nil && c.callerLeft() != nil):
 		settle()
@@ -320,7 +329,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 			return hedgeOutcome{n: n, err: fault, kind: outcomeWin, ep: t.idx}
 		}
 	}
-	if c.judge(s, n == 1, resp, err) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
+	if c.judge(s, n == 1, rb, resp, err) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
 		return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeFailure, ep: t.idx}
 	}
 	return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeWin, ep: t.idx}

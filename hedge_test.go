@@ -274,34 +274,42 @@ func TestHedgingTransportIsPerHost(t *testing.T) {
 }
 
 // Issue 8, item 14: a hedge the budget refuses is reported once per call,
-// not again at every hedge point the call passes.
+// not again at every hedge point the call passes. The budget is empty, so
+// each hedge that follows a failure (a retry) is refused; the speculative
+// hedges sent while the first attempt hangs are not the budget's to refuse
+// (issue 18, item 8). Attempts 2 to 4 fail in turn, each asking for a hedge
+// the budget refuses; once the fourth has been sent the first answers.
 func TestHedgeBudgetRefusalReportedOncePerCall(t *testing.T) {
-	release := make(chan struct{})
-	up := newHedgeUpstream(func(n int64) string { return "hang" })
+	up := newHedgeUpstream(func(n int64) string {
+		if n == 1 {
+			return "hang"
+		}
+		return "503"
+	})
 	defer up.Close()
 	defer up.unblock()
 	rec := &evRecorder{}
-	h, err := NewHandler(hedgeOptions(rec, 2*time.Millisecond))
+	o := hedgeOptions(rec, 2*time.Millisecond)
+	o.Hedging.MaxHedges = 3
+	h, err := NewHandler(o)
 	require.NoError(t, err)
-	h.budget.tokens.Store(0) // an empty budget: every hedge is refused
+	h.budget.tokens.Store(0) // an empty budget: every retry is refused
 	tr := h.Transport(&http.Transport{})
 	defer tr.CloseIdleConnections()
 
 	go func() {
-		// Let the call pass about twenty hedge points, then answer it.
-		for up.hits.Load() == 0 {
-			time.Sleep(time.Millisecond)
+		for deadline := time.Now().Add(5 * time.Second); up.hits.Load() < 4 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond) // the bound only matters if hedges are refused
 		}
-		time.Sleep(40 * time.Millisecond)
 		up.unblock()
-		close(release)
 	}()
 	resp, err := hedgeGet(t, tr, http.MethodGet, up.URL, nil)
 	require.NoError(t, err)
 	assert.Equal(t, "late", readBody(t, resp))
-	<-release
-	assert.EqualValues(t, 1, up.hits.Load(), "no hedge was sent")
-	assert.Equal(t, 1, rec.count(EventBudgetExceeded))
+	assert.EqualValues(t, 4, up.hits.Load(), "three speculative hedges")
+	assert.Equal(t, 3, rec.count(EventHedge))
+	require.Equal(t, 1, rec.count(EventBudgetExceeded), "refused after attempts 2 and 3, reported once")
+	assert.Contains(t, rec.of(EventBudgetExceeded)[0].Err.Error(), "recent retries failed")
 }
 
 // Issue 8, item 14: the winner of a hedged call never waits while a kept

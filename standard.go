@@ -138,8 +138,8 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		if !ok {
 			return c.result(resp, err) // the wait asked for does not fit: answer now
 		}
-		if b := c.budget(); b != nil && !b.allow() {
-			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: b.refusal(err)}
+		if why := c.budget().refuses(); why != nil {
+			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: why.of(err)}
 			if resp != nil {
 				e.StatusCode = resp.StatusCode
 			}
@@ -166,14 +166,14 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		// failed and emptied the budget. Asked only before the wait, every
 		// call that failed within one backoff delay of an outage's start
 		// would retry into it.
-		if b := c.budget(); b != nil && !b.claim() {
+		if why := c.budget().take(); why != nil {
 			if resp != nil && kept == nil {
 				// The response is gone (its body was too long to keep):
 				// retry rather than answer with nothing.
-				b.claimAnyway()
+				c.budget().claimAnyway()
 				continue
 			}
-			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: b.refusal(err)}
+			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: why.of(err)}
 			if kept != nil {
 				e.StatusCode = kept.StatusCode
 			}
@@ -358,7 +358,7 @@ func (c *call) attempt(now time.Time, waited time.Duration, rt *route) (resp *ht
 			return nil, c.errorf(nil, fault, ""), true
 		}
 	}
-	c.retryable = c.judge(s, c.attempts == 1, resp, err)
+	c.retryable = c.judge(s, c.attempts == 1, c.budget(), resp, err)
 	return resp, err, false
 }
 
@@ -380,13 +380,14 @@ func requestFault(body *sentBody, err error) error {
 	return nil
 }
 
-// judge tells s's circuit breaker and the retry budget how an attempt went
-// (the first of its call, or a later one), and reports whether it is a
+// judge tells s's circuit breaker and the retry budget rb (nil for none: an
+// attempt the budget does not count) how an attempt went (the first of its
+// call, or a later one), and reports whether it is a
 // failure the retry layer would retry. The standard classification
 // (IsTransient) is computed once for all three; with Hedging.Endpoints it
 // counts an endpoint's own failure (endpointFault) too, which moves the
 // call on to another endpoint.
-func (c *call) judge(s *hostState, first bool, resp *http.Response, err error) (retryable bool) {
+func (c *call) judge(s *hostState, first bool, rb *retryBudget, resp *http.Response, err error) (retryable bool) {
 	cfg := c.cfg
 	var transient bool
 	if cfg.Retry.ShouldRetry == nil || cfg.CircuitBreaker.ShouldHandle == nil {
@@ -411,8 +412,8 @@ func (c *call) judge(s *hostState, first bool, resp *http.Response, err error) (
 			b.RecordSuccess()
 		}
 	}
-	if b := c.budget(); b != nil {
-		b.record(first, retryable)
+	if rb != nil {
+		rb.record(first, retryable)
 	}
 	return retryable
 }
