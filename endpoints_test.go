@@ -43,10 +43,12 @@ func answer(text string) http.HandlerFunc {
 type bodies struct {
 	base           http.RoundTripper
 	opened, closed atomic.Int64
+	returned       atomic.Int64 // RoundTrips that returned, with a response or an error
 }
 
 func (b *bodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := b.base.RoundTrip(r)
+	defer b.returned.Add(1)
 	if resp != nil {
 		b.opened.Add(1)
 		resp.Body = &countedBody{ReadCloser: resp.Body, closed: &b.closed}

@@ -13,11 +13,12 @@ import (
 // MaxHedges more, each with its own request clone, body copy, circuit
 // permit, attempt deadline and goroutine. The first acceptable outcome wins;
 // a handled failure (what would be retried) never wins while attempts are
-// still running, and sends the next hedge at once. The losers are cancelled,
-// their responses drained and closed; the winner's body stays readable.
+// still running, and sends the next hedge at once. The losers are drained
+// and closed, then cancelled (settle); the winner's body stays readable.
 //
 // The call's own context (a child of the request's) is cancelled by the
-// total deadline's timer, so it bounds every attempt and the winner's body.
+// total deadline's timer, so it bounds every attempt while the race runs
+// (a loser then has bounds of its own: settle) and the winner's body.
 
 // errHedgeLost cancels the attempts that lost the race.
 var errHedgeLost = errors.New("resilience: another hedged attempt won")
@@ -52,9 +53,23 @@ type hedgeTarget struct {
 	claimed  bool // a hedge that follows a failure claimed a retry budget token
 }
 
+// A hedgeAttempt is the main goroutine's handle on an attempt. The
+// attempt's context carries the call context's values but not its
+// cancellation, which reaches it through a link (stop unlinks it): the call
+// context ends with the winner's body, and a loser still answering or
+// being drained then must not lose its connection (settle).
 type hedgeAttempt struct {
 	cancel context.CancelCauseFunc
+	stop   func() bool // unlinks the attempt from the call context
 	done   bool
+}
+
+// detachedAttempt returns the context of an attempt of the call whose
+// context is ctx, linked to ctx until stop is called.
+func detachedAttempt(ctx context.Context) (actx context.Context, a *hedgeAttempt) {
+	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	return actx, &hedgeAttempt{cancel: cancel, stop: stop}
 }
 
 func (c *call) hedge(now time.Time) (*http.Response, error) {
@@ -108,8 +123,8 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 				return err
 			}
 		}
-		actx, acancel := context.WithCancelCause(ctx)
-		attempts = append(attempts, &hedgeAttempt{cancel: acancel})
+		actx, a := detachedAttempt(ctx)
+		attempts = append(attempts, a)
 		c.attempts++ // taken back if the circuit refuses it
 		running++
 		if refused != nil { // every endpoint's circuit refused: nothing to send
@@ -120,7 +135,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 			return nil
 		}
 		go func() {
-			results <- c.hedgeAttempt(actx, acancel, n, delay, body, getBody, t)
+			results <- c.hedgeAttempt(actx, a.cancel, n, delay, body, getBody, t)
 		}()
 		return nil
 	}
@@ -194,7 +209,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 				if rt != nil {
 					rt.last = o.ep // the endpoint whose answer the caller gets
 				}
-				c.settle(attempts, results, running, last)
+				c.settle(attempts, results, running, last, true)
 				if o.err != nil {
 					return nil, c.errorf(nil, o.err, "")
 				}
@@ -202,7 +217,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 			case outcomeRejected:
 				c.attempts-- // never sent
 				if o.n == 1 {
-					c.settle(attempts, results, running, last)
+					c.settle(attempts, results, running, last, false)
 					if rt != nil { // each endpoint's refusal was reported
 						return nil, c.errorf(ErrCircuitOpen, o.err, "on every endpoint")
 					}
@@ -216,7 +231,9 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 					rt.ended(o.ep, o.err) // an endpoint's own failure drops it from the call
 				}
 				if last != nil {
-					go c.discardOutcome(last) // never keep the next outcome waiting on a loser
+					a := attempts[last.n-1]
+					a.stop()
+					go c.discardLoser(a, last) // never keep the next outcome waiting on a loser
 				}
 				last = &o
 				if another(0, false) || refused {
@@ -236,7 +253,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 				timer.Reset(delay) // a refused hedge is asked for again later
 			}
 		case <-ctx.Done():
-			c.settle(attempts, results, running, last)
+			c.settle(attempts, results, running, last, false)
 			if context.Cause(ctx) == ErrTotalTimeout {
 				return nil, c.totalTimeout(nil)
 			}
@@ -335,27 +352,68 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 	return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeWin, ep: t.idx}
 }
 
-// settle cancels the attempts still running and, in the background, drains
-// and closes what they return, and the kept failure too: the winner, if
-// any, is not among them and never waits for them.
-func (c *call) settle(attempts []*hedgeAttempt, results <-chan hedgeOutcome, running int, last *hedgeOutcome) {
+// settle ends the race: the attempts that lost, and the kept failure, are
+// drained and closed in the background, and the winner, if any, never
+// waits for them. With grace (the call has its answer), each loser is
+// unlinked from the call context, whose end (the winner's body closed)
+// would otherwise cancel it mid-response and close its connection: a loser
+// still waiting for its headers has maxDrainTime to get them, its body is
+// drained as a retried response's is, bounded, and only then is its context
+// cancelled. Without grace (the deadline passed, or the caller left) the
+// attempts still running are cancelled at once.
+func (c *call) settle(attempts []*hedgeAttempt, results <-chan hedgeOutcome, running int, last *hedgeOutcome, grace bool) {
 	for _, a := range attempts {
-		if !a.done {
+		switch {
+		case a.done:
+		case grace:
+			a.stop()
+		default:
 			a.cancel(errHedgeLost)
 		}
+	}
+	var kept *hedgeAttempt
+	if last != nil {
+		kept = attempts[last.n-1]
+		kept.stop()
 	}
 	if last == nil && running == 0 {
 		return
 	}
 	go func() {
 		if last != nil {
-			c.discardOutcome(last)
+			c.discardLoser(kept, last)
 		}
-		for ; running > 0; running-- {
-			o := <-results
-			c.discardOutcome(&o)
+		var expired <-chan time.Time
+		if grace && running > 0 {
+			t := time.NewTimer(maxDrainTime)
+			defer t.Stop()
+			expired = t.C
+		}
+		for running > 0 {
+			select {
+			case o := <-results:
+				running--
+				a := attempts[o.n-1]
+				a.done = true
+				c.discardLoser(a, &o)
+			case <-expired:
+				expired = nil
+				for _, a := range attempts {
+					if !a.done {
+						a.cancel(errHedgeLost)
+					}
+				}
+			}
 		}
 	}()
+}
+
+// discardLoser discards the outcome of attempt a, which lost, and then
+// cancels a's context: a response is drained before its connection could
+// be closed under it.
+func (c *call) discardLoser(a *hedgeAttempt, o *hedgeOutcome) {
+	c.discardOutcome(o)
+	a.cancel(errHedgeLost)
 }
 
 // discardOutcome drains and closes a response that lost, bounded in bytes

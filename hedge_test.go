@@ -358,18 +358,68 @@ type closeSpy struct {
 func (s *closeSpy) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := s.base.RoundTrip(r)
 	if err == nil && resp.StatusCode == http.StatusServiceUnavailable {
-		resp.Body = spiedBody{resp.Body, s.closed}
+		resp.Body = &spiedBody{ReadCloser: resp.Body, closed: s.closed}
 	}
 	return resp, err
 }
 
+// spiedBody reports its first Close: a drain cut short by its time bound
+// closes the body, and then the drain closes it again.
 type spiedBody struct {
 	io.ReadCloser
 	closed chan struct{}
+	once   sync.Once
 }
 
-func (b spiedBody) Close() error {
+func (b *spiedBody) Close() error {
 	err := b.ReadCloser.Close()
-	close(b.closed)
+	b.once.Do(func() { close(b.closed) })
 	return err
+}
+
+// Issue 18, item 9: a loser whose response arrives after the winner's is
+// drained, not cut off by the end of the call, so its connection goes back
+// to the pool: 20 hedged calls of two attempts each open two connections.
+// Each call's first arrival waits until the call has returned (and its
+// winner's body was read and closed); the test then waits until the loser's
+// body is closed before the next call, so that both connections are idle.
+func TestHedgeLoserDrainedKeepsConnection(t *testing.T) {
+	const calls = 20
+	gates := make([]chan struct{}, calls)
+	for i := range gates {
+		gates[i] = make(chan struct{})
+	}
+	up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if n%2 == 1 { // the call's first arrival: the loser
+			select {
+			case <-gates[(n-1)/2]:
+			case <-r.Context().Done():
+				return
+			}
+			_, _ = io.WriteString(w, "late")
+			return
+		}
+		_, _ = io.WriteString(w, "fast")
+	})
+	base := &bodies{base: &http.Transport{}}
+	defer base.base.(*http.Transport).CloseIdleConnections()
+	tr, err := NewTransport(base, Options{
+		Hedging: HedgingOptions{Enabled: true, MaxHedges: 1, Delay: 2 * time.Millisecond, MaxExtraLoad: NoExtraLoadCap},
+	})
+	require.NoError(t, err)
+
+	for i := range calls {
+		resp, err := hedgeGet(t, tr, http.MethodGet, up.URL(), nil)
+		require.NoError(t, err)
+		assert.Equal(t, "fast", readBody(t, resp))
+		close(gates[i])
+		// Both attempts have returned, and every body is closed (a drained
+		// one after its connection went back to the pool).
+		require.Eventually(t, func() bool {
+			return base.returned.Load() == int64(2*(i+1)) && base.closed.Load() == base.opened.Load()
+		}, 5*time.Second, time.Millisecond)
+	}
+	assert.EqualValues(t, 2*calls, up.requests.Load())
+	assert.EqualValues(t, 2*calls, base.opened.Load(), "every loser got its response")
+	assert.LessOrEqual(t, up.newConns.Load(), int64(2), "one connection per concurrent attempt")
 }
