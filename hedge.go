@@ -321,7 +321,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 	}
 	c.attemptEnded(n, start, delay, resp, err, cutBy, t.ep)
 	if c.cfg.Hedging.DelayPercentile > 0 && (cause == nil || cause == ErrAttemptTimeout) {
-		c.h.latency.record(time.Since(start)) // not the losers': cut short, they say nothing of the latency
+		c.h.latency.record(time.Since(start)) // not a loser cut short: it says nothing of the latency
 	}
 	switch {
 	case cause == ErrAttemptTimeout:
