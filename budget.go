@@ -8,9 +8,13 @@ import (
 )
 
 // retryBudget is a bucket of tokens shared by every call of a handler that
-// follows whether retries work, not how often anything fails:
+// follows whether retries work, not how often anything fails. A hedge that
+// follows a handled failure is a retry; a hedge sent while an attempt still
+// runs (speculative) is not: Hedging.MaxExtraLoad bounds those, and the
+// budget neither counts nor refuses them, so that hedges that succeed
+// never exhaust it.
 //
-//   - a retry (or hedge) that fails takes a token;
+//   - a retry that fails takes a token;
 //   - a retry that succeeds puts back RetrySuccessTokens;
 //   - a first attempt that succeeds puts back TokenRatio of a token;
 //   - a first attempt that fails costs nothing;
@@ -60,23 +64,43 @@ func (b *retryBudget) set(maxTokens, ratio, reward float64) {
 	b.add(0) // within the new maximum
 }
 
-// allow reports whether a retry or hedge may be made now: whether a token
-// is left that no retry in flight has claimed.
-func (b *retryBudget) allow() bool {
-	return b.tokens.Load()-1000*b.inflight.Load() >= 1000
+// allow reports whether a retry may be made now: whether a token is left
+// that no retry in flight has claimed.
+func (b *retryBudget) allow() bool { return b.refuses() == nil }
+
+// refuses returns why a retry may not be made now, or nil if it may: allow,
+// with the reason, as the budget stood when it decided. A nil budget (none)
+// refuses nothing.
+func (b *retryBudget) refuses() *budgetError {
+	if b == nil {
+		return nil
+	}
+	t, n := b.tokens.Load(), b.inflight.Load()
+	if t-1000*n >= 1000 {
+		return nil
+	}
+	return &budgetError{tokens: t, inflight: n}
 }
 
-// claim takes an unclaimed token for a retry or hedge about to be sent, and
-// reports whether there was one. The retry's outcome, recorded, or its
-// release settles the claim.
-func (b *retryBudget) claim() bool {
+// claim takes an unclaimed token for a retry about to be sent, and reports
+// whether there was one. The retry's outcome, recorded, or its release
+// settles the claim.
+func (b *retryBudget) claim() bool { return b.take() == nil }
+
+// take is claim, returning why there was no token, as the budget stood
+// when it decided, or nil when it claimed one (or b is nil: no budget).
+func (b *retryBudget) take() *budgetError {
+	if b == nil {
+		return nil
+	}
 	for {
 		n := b.inflight.Load()
-		if b.tokens.Load()-1000*(n+1) < 0 {
-			return false
+		t := b.tokens.Load()
+		if t-1000*(n+1) < 0 {
+			return &budgetError{tokens: t, inflight: n}
 		}
 		if b.inflight.CompareAndSwap(n, n+1) {
-			return true
+			return nil
 		}
 	}
 }
@@ -129,20 +153,41 @@ func (b *retryBudget) level() float64 { return float64(b.tokens.Load()) / 1000 }
 // outcome, never this error.
 var ErrBudgetExhausted = errors.New("resilience: retry budget exhausted")
 
-// refusal is why the budget refused a retry: the Err of EventBudgetExceeded,
-// wrapping the outcome that would have been retried.
+// refusal is why the budget would refuse a retry now: the Err of
+// EventBudgetExceeded, wrapping the outcome that would have been retried.
 func (b *retryBudget) refusal(last error) error {
-	return &budgetError{level: b.level(), last: last}
+	return (&budgetError{tokens: b.tokens.Load(), inflight: b.inflight.Load()}).of(last)
 }
 
-// budgetError says that the retry budget refused a retry, and why.
+// budgetError says that the retry budget refused a retry, and why: the
+// budget as it stood when it decided.
 type budgetError struct {
-	level float64
-	last  error // the outcome that was not retried, if an error
+	tokens   int64 // thousandths of a token
+	inflight int64 // retries sent whose outcome was not recorded yet
+	last     error // the outcome that was not retried, if an error
 }
 
+// of returns e, the refusal to retry last (nil when not an error), as an
+// error.
+func (e *budgetError) of(last error) error {
+	e.last = last
+	return e
+}
+
+// Error states the reason that is true of the budget when it refused: less
+// than a token left, which only failed retries take away; or tokens left,
+// every one claimed by a retry still in flight, whatever the outcomes.
 func (e *budgetError) Error() string {
-	msg := fmt.Sprintf("retry budget exhausted (%.1f tokens): recent retries failed", e.level)
+	level := float64(e.tokens/100) / 10 // rounded down: 0.95 tokens is not 1.0
+	var msg string
+	switch {
+	case e.tokens >= 1000:
+		msg = fmt.Sprintf("retry budget exhausted (%.1f tokens): every whole token is claimed by one of the %d retries in flight", level, e.inflight)
+	case e.inflight > 0:
+		msg = fmt.Sprintf("retry budget exhausted (%.1f tokens, %d retries in flight): recent retries failed", level, e.inflight)
+	default:
+		msg = fmt.Sprintf("retry budget exhausted (%.1f tokens): recent retries failed", level)
+	}
 	if e.last != nil {
 		msg += "; not retried: " + e.last.Error()
 	}

@@ -419,3 +419,134 @@ func TestRetryBudgetRefusalIsErrBudgetExhausted(t *testing.T) {
 	assert.ErrorIs(t, b.refusal(io.ErrUnexpectedEOF), ErrBudgetExhausted)
 	assert.ErrorIs(t, b.refusal(io.ErrUnexpectedEOF), io.ErrUnexpectedEOF)
 }
+
+// Issue 18, item 8: speculative hedges are not the retry budget's to count
+// or refuse (MaxExtraLoad bounds them): 16 concurrent callers with 3 hedges
+// each, every attempt held until all 64 have arrived and then answered
+// with a 200, get every hedge they ask for, and the budget stays full.
+// Before, each hedge claimed a token, and the 48 hedges in flight were
+// refused past 25 "because recent retries failed".
+func TestRetryBudgetLeavesSuccessfulHedgesAlone(t *testing.T) {
+	const callers, hedges = 16, 3
+	var arrived atomic.Int64
+	all := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if arrived.Add(1) == callers*(1+hedges) {
+			close(all)
+		}
+		select {
+		case <-all:
+		case <-time.After(5 * time.Second): // only when hedges were refused
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	rec := &evRecorder{}
+	tr, err := NewTransport(&http.Transport{}, Options{
+		Hedging: HedgingOptions{Enabled: true, MaxHedges: hedges, Delay: time.Millisecond, MaxExtraLoad: NoExtraLoadCap},
+		OnEvent: rec.add,
+	})
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := hedgeGet(t, tr, http.MethodGet, srv.URL, nil)
+			if assert.NoError(t, err) {
+				assert.Equal(t, "ok", readBody(t, resp))
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Zero(t, rec.count(EventBudgetExceeded), "no hedge refused by the budget")
+	assert.EqualValues(t, callers*(1+hedges), arrived.Load())
+	assert.Equal(t, callers*hedges, rec.count(EventHedge))
+	assert.Equal(t, float64(DefaultBudgetTokens), tr.Handler().budget.level(), "nothing failed: the bucket is full")
+}
+
+// Issue 18, item 8: a refusal states the reason that is true of the budget
+// when it refused: tokens taken by failed retries, or tokens all claimed by
+// retries still in flight (nothing has failed yet).
+func TestRetryBudgetRefusalReasonIsTrue(t *testing.T) {
+	b := newRetryBudget(2, 0.1, 4)
+	require.True(t, b.claim())
+	require.True(t, b.claim())
+	require.False(t, b.claim())
+	assert.Equal(t, "retry budget exhausted (2.0 tokens): every whole token is claimed by one of the 2 retries in flight", b.refusal(nil).Error())
+	b.record(false, true) // one fails: 1 token left, claimed by the other
+	require.False(t, b.allow())
+	assert.NotContains(t, b.refusal(nil).Error(), "failed")
+	b.record(false, true) // the other fails too: nothing left
+	require.False(t, b.claim())
+	assert.Equal(t, "retry budget exhausted (0.0 tokens): recent retries failed", b.refusal(nil).Error())
+	b.claimAnyway()
+	assert.Equal(t, "retry budget exhausted (0.0 tokens, 1 retries in flight): recent retries failed", b.refusal(nil).Error())
+	b.release()
+
+	// What the loop reports is the budget as it stood when it decided.
+	b = newRetryBudget(1, 0.1, 4)
+	require.True(t, b.claim())
+	why := b.take()
+	require.NotNil(t, why)
+	b.release() // the retry in flight settles before the refusal is read
+	assert.Contains(t, why.Error(), "claimed by one of the 1 retries in flight")
+	assert.Nil(t, b.refuses())
+}
+
+// Issue 18, item 8: through the retry loop: call a's retry holds the one
+// token, and call b's first attempt fails meanwhile. b is refused because
+// a's retry is in flight, not because any retry failed, and says so.
+func TestRetryBudgetRefusalInFlightSaysSo(t *testing.T) {
+	var hits atomic.Int64
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch hits.Add(1) {
+		case 2: // a's retry
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+			_, _ = io.WriteString(w, "ok")
+		default:
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	rec := &evRecorder{}
+	tr, err := NewTransport(&http.Transport{}, Options{
+		Retry:       RetryOptions{Delay: time.Millisecond},
+		RetryBudget: RetryBudgetOptions{MaxTokens: 1},
+		OnEvent:     rec.add,
+	})
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+	a := make(chan *http.Response, 1)
+	go func() {
+		resp, err := hedgeGet(t, tr, http.MethodGet, srv.URL, nil)
+		assert.NoError(t, err)
+		a <- resp
+	}()
+	for hits.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	resp, err := hedgeGet(t, tr, http.MethodGet, srv.URL, nil)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	resp.Body.Close()
+	close(release)
+	if resp := <-a; resp != nil {
+		assert.Equal(t, "ok", readBody(t, resp))
+	}
+	refusals := rec.of(EventBudgetExceeded)
+	require.Len(t, refusals, 1)
+	msg := refusals[0].Err.Error()
+	assert.Contains(t, msg, "claimed by one of the 1 retries in flight")
+	assert.NotContains(t, msg, "retries failed", "no retry had failed")
+	assert.ErrorIs(t, refusals[0].Err, ErrBudgetExhausted)
+}

@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -83,8 +84,13 @@ func resolveEndpoints(hg *HedgingOptions, perHost bool, bad func(string, any, st
 	switch {
 	case hg.Routing < RouteOrdered || hg.Routing > RouteWeighted:
 		return nil, bad("Hedging.Routing", hg.Routing, "must be RouteOrdered or RouteWeighted")
-	case len(hg.Endpoints) == 0:
+	case hg.Endpoints == nil:
 		return nil, nil
+	case len(hg.Endpoints) == 0:
+		// An explicit empty list (JSON []) is a mistake, not "none": a
+		// list that lost its entries would otherwise send every call to
+		// the request's own URL without a word.
+		return nil, bad("Hedging.Endpoints", "[]", "must hold at least one endpoint; leave it unset for none")
 	case len(hg.Endpoints) > maxEndpoints:
 		return nil, bad("Hedging.Endpoints", len(hg.Endpoints), fmt.Sprintf("must hold at most %d endpoints", maxEndpoints))
 	case !perHost:
@@ -133,35 +139,66 @@ func resolveEndpoints(hg *HedgingOptions, perHost bool, bad func(string, any, st
 // nothing for it, not even a field: the call struct sits just under a size
 // class boundary (320 bytes).
 type route struct {
-	r     *router
-	tried uint32 // the endpoints the call has sent to or found refusing, by index
-	next  int    // RouteOrdered: the index of the next attempt's endpoint
-	last  int    // the endpoint of the latest attempt sent
-	held  [maxEndpoints]*hostState
+	r       *router
+	tried   uint32 // the endpoints the call has sent to or found refusing, by index
+	dropped uint32 // the endpoints that failed the call in a way no retry on them mends (endpointFault)
+	next    int    // RouteOrdered: the index of the next attempt's endpoint
+	last    int    // the endpoint of the latest attempt sent
+	drawn   int    // 1 + the endpoint ahead drew for the next pick; 0 for none
+	held    [maxEndpoints]*hostState
 }
 
-// pick returns the index of the next endpoint to try, and marks it tried.
+// pick returns the index of the next endpoint to try, and marks it tried:
+// the one ahead drew, if it did. It returns -1 when every endpoint is
+// dropped.
 func (rt *route) pick(h *Handler) int {
-	n := len(rt.r.eps)
-	if rt.r.mode == RouteOrdered {
-		i := rt.next % n
-		rt.next++
-		rt.tried |= 1 << i
+	if rt.drawn > 0 {
+		i := rt.drawn - 1
+		rt.drawn = 0
 		return i
 	}
-	all := uint32(1)<<n - 1
-	if rt.tried&all == all {
-		rt.tried = 0 // every endpoint tried: start over
+	return rt.draw(h)
+}
+
+// ahead returns the endpoint the next pick will return, drawing it now
+// (-1 when every endpoint is dropped): the retry loop asks whether the next
+// attempt goes to the endpoint that answered, whose Retry-After applies to
+// it alone.
+func (rt *route) ahead(h *Handler) int {
+	if rt.drawn == 0 {
+		rt.drawn = rt.draw(h) + 1
+	}
+	return rt.drawn - 1
+}
+
+func (rt *route) draw(h *Handler) int {
+	n := len(rt.r.eps)
+	open := (uint32(1)<<n - 1) &^ rt.dropped
+	if open == 0 {
+		return -1
+	}
+	if rt.r.mode == RouteOrdered {
+		for {
+			i := rt.next % n
+			rt.next++
+			if open&(1<<i) != 0 {
+				rt.tried |= 1 << i
+				return i
+			}
+		}
+	}
+	if rt.tried&open == open {
+		rt.tried = 0 // every endpoint left tried: start over
 	}
 	var total uint64
 	for i := range rt.r.eps {
-		if rt.tried&(1<<i) == 0 {
+		if open&^rt.tried&(1<<i) != 0 {
 			total += uint64(rt.r.eps[i].weight)
 		}
 	}
 	x := h.randN(total)
 	for i := range rt.r.eps {
-		if rt.tried&(1<<i) != 0 {
+		if open&^rt.tried&(1<<i) == 0 {
 			continue
 		}
 		if w := uint64(rt.r.eps[i].weight); x < w {
@@ -173,6 +210,32 @@ func (rt *route) pick(h *Handler) int {
 	}
 	panic("unreachable: x < total")
 }
+
+// endpointFault reports whether err, an attempt's error, is a failure of
+// its endpoint that no retry against that endpoint can mend, but that says
+// nothing of the other endpoints: its TLS (a certificate the client does
+// not trust or that names another host, a handshake the server refused, a
+// server that answers in plain HTTP). Such a failure is not transient
+// (IsTransient), yet another endpoint is another server: the call moves on
+// to it, and the failure counts against the endpoint's own circuit.
+// Classified by the errors' types, never their text.
+func endpointFault(err error) bool {
+	return err != nil && isTLSFailure(err)
+}
+
+// ended notes how the attempt sent to endpoint i ended: an endpointFault
+// drops the endpoint from the call's route, for good.
+func (rt *route) ended(i int, err error) {
+	if endpointFault(err) {
+		rt.dropped |= 1 << i
+		if rt.drawn == i+1 {
+			rt.drawn = 0
+		}
+	}
+}
+
+// left reports whether an endpoint is left that the call has not dropped.
+func (rt *route) left() bool { return rt.dropped != uint32(1)<<len(rt.r.eps)-1 }
 
 // randN returns a random number in [0, n): from the handler's own source
 // when a test set one, from math/rand/v2's otherwise.
@@ -231,8 +294,12 @@ func (c *call) admitRouted(rt *route) (ep *endpoint, s *hostState, probe uint64,
 	if c.h.isolated.Load() {
 		return nil, nil, 0, ErrIsolated
 	}
+	refused = errEndpointsDropped // unless a circuit refuses: the callers ask left() first
 	for range rt.r.eps {
 		i := rt.pick(c.h)
+		if i < 0 {
+			break
+		}
 		s = rt.state(c.h, i)
 		probe, refused = s.admit()
 		if refused == nil {
@@ -243,6 +310,10 @@ func (c *call) admitRouted(rt *route) (ep *endpoint, s *hostState, probe uint64,
 	}
 	return nil, nil, 0, refused
 }
+
+// errEndpointsDropped is why no endpoint is left for an attempt when every
+// one failed the call (endpointFault).
+var errEndpointsDropped = errors.New("resilience: every endpoint failed the call")
 
 // retarget points r, an attempt's request, at the endpoint: its URL is the
 // caller's with the scheme, the authority and the path prefix of the

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,10 +43,12 @@ func answer(text string) http.HandlerFunc {
 type bodies struct {
 	base           http.RoundTripper
 	opened, closed atomic.Int64
+	returned       atomic.Int64 // RoundTrips that returned, with a response or an error
 }
 
 func (b *bodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := b.base.RoundTrip(r)
+	defer b.returned.Add(1)
 	if resp != nil {
 		b.opened.Add(1)
 		resp.Body = &countedBody{ReadCloser: resp.Body, closed: &b.closed}
@@ -299,6 +302,8 @@ func TestEndpointsValidation(t *testing.T) {
 		field string
 	}{
 		{"no per-host", HedgingOptions{Endpoints: []Endpoint{ok}}, true, "Hedging.Endpoints"},
+		{"empty", HedgingOptions{Endpoints: []Endpoint{}}, false, "Hedging.Endpoints"},
+		{"empty, no per-host", HedgingOptions{Endpoints: []Endpoint{}}, true, "Hedging.Endpoints"},
 		{"scheme", HedgingOptions{Endpoints: []Endpoint{{URL: "ftp://a.example"}}}, false, "Hedging.Endpoints[0].URL"},
 		{"no host", HedgingOptions{Endpoints: []Endpoint{ok, {URL: "http:///x"}}}, false, "Hedging.Endpoints[1].URL"},
 		{"query", HedgingOptions{Endpoints: []Endpoint{{URL: "http://a.example/?x=1"}}}, false, "Hedging.Endpoints[0].URL"},
@@ -327,4 +332,20 @@ func TestEndpointsNoneRouteNothing(t *testing.T) {
 	h, err := NewHandler(Options{})
 	require.NoError(t, err)
 	assert.Nil(t, h.cfg.Load().route)
+}
+
+// Issue 18, item 10: an explicitly empty list of endpoints is refused,
+// naming the field, from Go and from a file; nil means none.
+func TestEndpointsEmptyListRefused(t *testing.T) {
+	_, err := NewHandler(Options{PerHost: PerHostOptions{Enabled: true}, Hedging: HedgingOptions{Endpoints: []Endpoint{}}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "resilience: ")
+	assert.Contains(t, err.Error(), "Hedging.Endpoints ([]): must hold at least one endpoint")
+
+	_, err = NewHandler(Options{PerHost: PerHostOptions{Enabled: true}, Hedging: HedgingOptions{Endpoints: nil}})
+	require.NoError(t, err)
+
+	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"a": {"perHost": {"enabled": true}, "hedging": {"endpoints": []}}}}`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "upstreams.a.hedging.endpoints ([]): must hold at least one endpoint")
 }

@@ -13,11 +13,12 @@ import (
 // MaxHedges more, each with its own request clone, body copy, circuit
 // permit, attempt deadline and goroutine. The first acceptable outcome wins;
 // a handled failure (what would be retried) never wins while attempts are
-// still running, and sends the next hedge at once. The losers are cancelled,
-// their responses drained and closed; the winner's body stays readable.
+// still running, and sends the next hedge at once. The losers are drained
+// and closed, then cancelled (settle); the winner's body stays readable.
 //
 // The call's own context (a child of the request's) is cancelled by the
-// total deadline's timer, so it bounds every attempt and the winner's body.
+// total deadline's timer, so it bounds every attempt while the race runs
+// (a loser then has bounds of its own: settle) and the winner's body.
 
 // errHedgeLost cancels the attempts that lost the race.
 var errHedgeLost = errors.New("resilience: another hedged attempt won")
@@ -49,11 +50,26 @@ type hedgeTarget struct {
 	idx      int       // the endpoint's index
 	probe    uint64
 	admitted bool
+	claimed  bool // a hedge that follows a failure claimed a retry budget token
 }
 
+// A hedgeAttempt is the main goroutine's handle on an attempt. The
+// attempt's context carries the call context's values but not its
+// cancellation, which reaches it through a link (stop unlinks it): the call
+// context ends with the winner's body, and a loser still answering or
+// being drained then must not lose its connection (settle).
 type hedgeAttempt struct {
 	cancel context.CancelCauseFunc
+	stop   func() bool // unlinks the attempt from the call context
 	done   bool
+}
+
+// detachedAttempt returns the context of an attempt of the call whose
+// context is ctx, linked to ctx until stop is called.
+func detachedAttempt(ctx context.Context) (actx context.Context, a *hedgeAttempt) {
+	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	return actx, &hedgeAttempt{cancel: cancel, stop: stop}
 }
 
 func (c *call) hedge(now time.Time) (*http.Response, error) {
@@ -88,9 +104,9 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 	results := make(chan hedgeOutcome, 1+hedges)
 	var attempts []*hedgeAttempt
 	running := 0
-	launch := func(delay time.Duration) error {
+	launch := func(delay time.Duration, claimed bool) error {
 		n := len(attempts) + 1
-		t := hedgeTarget{s: c.s}
+		t := hedgeTarget{s: c.s, claimed: claimed}
 		var refused error
 		if rt != nil {
 			t.ep, t.s, t.probe, refused = c.admitRouted(rt)
@@ -107,68 +123,71 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 				return err
 			}
 		}
-		actx, acancel := context.WithCancelCause(ctx)
-		attempts = append(attempts, &hedgeAttempt{cancel: acancel})
+		actx, a := detachedAttempt(ctx)
+		attempts = append(attempts, a)
 		c.attempts++ // taken back if the circuit refuses it
 		running++
 		if refused != nil { // every endpoint's circuit refused: nothing to send
-			if n > 1 && c.budget() != nil {
+			if claimed {
 				c.budget().release()
 			}
 			results <- hedgeOutcome{n: n, kind: outcomeRejected, err: refused}
 			return nil
 		}
 		go func() {
-			results <- c.hedgeAttempt(actx, acancel, n, delay, body, getBody, t)
+			results <- c.hedgeAttempt(actx, a.cancel, n, delay, body, getBody, t)
 		}()
 		return nil
 	}
 	// another sends one more hedge if the rules allow it, and says whether
-	// it did; refused says the budget alone stood in the way, so that the
-	// hedge is asked for again at the next hedge point. The budget's refusal
-	// is reported once per call, however often the hedge is asked for, and
-	// so is MaxExtraLoad's, which applies only to the hedges sent while an
-	// attempt still runs (speculative): one that follows a failure is a
-	// retry, which the budget bounds.
+	// it did; refused says the budget or the cap alone stood in the way, so
+	// that the hedge is asked for again at the next hedge point. A hedge sent
+	// while an attempt still runs (speculative) needs room under
+	// MaxExtraLoad, and nothing of the retry budget: the budget's job is
+	// failing retries, and a hedge that follows a failure is one, which
+	// claims a token as a retry does. Each refusal is reported once per
+	// call, however often the hedge is asked for.
 	refused, reported, cappedReported := false, false, false
 	another := func(delay time.Duration, speculative bool) bool {
 		refused = false
-		if len(attempts) > hedges || c.h.isolated.Load() {
+		if len(attempts) > hedges || c.h.isolated.Load() || (rt != nil && !rt.left()) {
 			return false
 		}
 		if c.s.breaker() != nil && c.s.circuit.Load() != int32(CircuitClosed) {
 			return false // an open or probing circuit gets no extra load
 		}
-		if b := c.budget(); b != nil && !b.claim() {
-			if !reported {
-				reported = true
-				c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(attempts) + 1, Err: b.refusal(nil)})
+		claimed := false
+		if speculative {
+			if capped && !c.h.load.claim(cfg.Hedging.MaxExtraLoad) {
+				if !cappedReported {
+					cappedReported = true
+					c.emit(Event{Kind: EventHedgeCapped, Attempt: len(attempts) + 1, Delay: delay})
+				}
+				refused = true
+				return false
 			}
-			refused = true
-			return false
-		}
-		if speculative && capped && !c.h.load.claim(cfg.Hedging.MaxExtraLoad) {
-			if b := c.budget(); b != nil {
-				b.release()
+		} else if b := c.budget(); b != nil {
+			if why := b.take(); why != nil {
+				if !reported {
+					reported = true
+					c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(attempts) + 1, Err: why.of(nil)})
+				}
+				refused = true
+				return false
 			}
-			if !cappedReported {
-				cappedReported = true
-				c.emit(Event{Kind: EventHedgeCapped, Attempt: len(attempts) + 1, Delay: delay})
-			}
-			refused = true
-			return false
+			claimed = true
 		}
 		c.emit(Event{Kind: EventHedge, Attempt: len(attempts) + 1, Delay: delay})
-		if err := launch(delay); err != nil {
-			if b := c.budget(); b != nil {
-				b.release()
+		if err := launch(delay, claimed); err != nil {
+			if claimed {
+				c.budget().release()
 			}
 			return false
 		}
 		return true
 	}
 
-	if err := launch(0); err != nil {
+	if err := launch(0, false); err != nil {
 		return nil, c.errorf(nil, err, "")
 	}
 	var timer *time.Timer
@@ -190,7 +209,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 				if rt != nil {
 					rt.last = o.ep // the endpoint whose answer the caller gets
 				}
-				c.settle(attempts, results, running, last)
+				c.settle(attempts, results, running, last, true)
 				if o.err != nil {
 					return nil, c.errorf(nil, o.err, "")
 				}
@@ -198,7 +217,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 			case outcomeRejected:
 				c.attempts-- // never sent
 				if o.n == 1 {
-					c.settle(attempts, results, running, last)
+					c.settle(attempts, results, running, last, false)
 					if rt != nil { // each endpoint's refusal was reported
 						return nil, c.errorf(ErrCircuitOpen, o.err, "on every endpoint")
 					}
@@ -208,8 +227,13 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 					c.emit(Event{Kind: EventCircuitRejected, Attempt: o.n, Err: o.err})
 				}
 			case outcomeFailure:
+				if rt != nil {
+					rt.ended(o.ep, o.err) // an endpoint's own failure drops it from the call
+				}
 				if last != nil {
-					go c.discardOutcome(last) // never keep the next outcome waiting on a loser
+					a := attempts[last.n-1]
+					a.stop()
+					go c.discardLoser(a, last) // never keep the next outcome waiting on a loser
 				}
 				last = &o
 				if another(0, false) || refused {
@@ -229,7 +253,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 				timer.Reset(delay) // a refused hedge is asked for again later
 			}
 		case <-ctx.Done():
-			c.settle(attempts, results, running, last)
+			c.settle(attempts, results, running, last, false)
 			if context.Cause(ctx) == ErrTotalTimeout {
 				return nil, c.totalTimeout(nil)
 			}
@@ -242,12 +266,17 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 // the circuit breaker and the attempt deadline, on its own context. It
 // touches nothing of the call that the main goroutine writes.
 func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc, n int, delay time.Duration, body io.ReadCloser, getBody func() (io.ReadCloser, error), t hedgeTarget) hedgeOutcome {
-	// A hedge (n > 1) claimed a budget token; an outcome that is not
-	// judged settles the claim here.
+	// A hedge that follows a failure claimed a budget token; an outcome that
+	// is not judged settles the claim here. The retry budget counts the
+	// first attempt and those hedges, not the speculative ones.
 	settle := func() {
-		if n > 1 && c.budget() != nil {
+		if t.claimed {
 			c.budget().release()
 		}
+	}
+	var rb *retryBudget
+	if n == 1 || t.claimed {
+		rb = c.budget()
 	}
 	unsent := func() {
 		settle()
@@ -292,7 +321,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 	}
 	c.attemptEnded(n, start, delay, resp, err, cutBy, t.ep)
 	if c.cfg.Hedging.DelayPercentile > 0 && (cause == nil || cause == ErrAttemptTimeout) {
-		c.h.latency.record(time.Since(start)) // not the losers': cut short, they say nothing of the latency
+		c.h.latency.record(time.Since(start)) // not a loser cut short: it says nothing of the latency
 	}
 	switch {
 	case cause == ErrAttemptTimeout:
@@ -304,7 +333,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 			e.Endpoint, e.Host = t.ep.base, s.host
 		}
 		c.emit(e)
-		c.judge(s, n == 1, nil, ErrAttemptTimeout)
+		c.judge(s, n == 1, rb, nil, ErrAttemptTimeout)
 		return hedgeOutcome{n: n, err: ErrAttemptTimeout, kind: outcomeFailure, ep: t.idx}
 	case cause != nil || (err != nil && c.callerLeft() != nil):
 		settle()
@@ -317,33 +346,74 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 			return hedgeOutcome{n: n, err: fault, kind: outcomeWin, ep: t.idx}
 		}
 	}
-	if c.judge(s, n == 1, resp, err) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
+	if c.judge(s, n == 1, rb, resp, err) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
 		return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeFailure, ep: t.idx}
 	}
 	return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeWin, ep: t.idx}
 }
 
-// settle cancels the attempts still running and, in the background, drains
-// and closes what they return, and the kept failure too: the winner, if
-// any, is not among them and never waits for them.
-func (c *call) settle(attempts []*hedgeAttempt, results <-chan hedgeOutcome, running int, last *hedgeOutcome) {
+// settle ends the race: the attempts that lost, and the kept failure, are
+// drained and closed in the background, and the winner, if any, never
+// waits for them. With grace (the call has its answer), each loser is
+// unlinked from the call context, whose end (the winner's body closed)
+// would otherwise cancel it mid-response and close its connection: a loser
+// still waiting for its headers has maxDrainTime to get them, its body is
+// drained as a retried response's is, bounded, and only then is its context
+// cancelled. Without grace (the deadline passed, or the caller left) the
+// attempts still running are cancelled at once.
+func (c *call) settle(attempts []*hedgeAttempt, results <-chan hedgeOutcome, running int, last *hedgeOutcome, grace bool) {
 	for _, a := range attempts {
-		if !a.done {
+		switch {
+		case a.done:
+		case grace:
+			a.stop()
+		default:
 			a.cancel(errHedgeLost)
 		}
+	}
+	var kept *hedgeAttempt
+	if last != nil {
+		kept = attempts[last.n-1]
+		kept.stop()
 	}
 	if last == nil && running == 0 {
 		return
 	}
 	go func() {
 		if last != nil {
-			c.discardOutcome(last)
+			c.discardLoser(kept, last)
 		}
-		for ; running > 0; running-- {
-			o := <-results
-			c.discardOutcome(&o)
+		var expired <-chan time.Time
+		if grace && running > 0 {
+			t := time.NewTimer(maxDrainTime)
+			defer t.Stop()
+			expired = t.C
+		}
+		for running > 0 {
+			select {
+			case o := <-results:
+				running--
+				a := attempts[o.n-1]
+				a.done = true
+				c.discardLoser(a, &o)
+			case <-expired:
+				expired = nil
+				for _, a := range attempts {
+					if !a.done {
+						a.cancel(errHedgeLost)
+					}
+				}
+			}
 		}
 	}()
+}
+
+// discardLoser discards the outcome of attempt a, which lost, and then
+// cancels a's context: a response is drained before its connection could
+// be closed under it.
+func (c *call) discardLoser(a *hedgeAttempt, o *hedgeOutcome) {
+	c.discardOutcome(o)
+	a.cancel(errHedgeLost)
 }
 
 // discardOutcome drains and closes a response that lost, bounded in bytes

@@ -274,34 +274,42 @@ func TestHedgingTransportIsPerHost(t *testing.T) {
 }
 
 // Issue 8, item 14: a hedge the budget refuses is reported once per call,
-// not again at every hedge point the call passes.
+// not again at every hedge point the call passes. The budget is empty, so
+// each hedge that follows a failure (a retry) is refused; the speculative
+// hedges sent while the first attempt hangs are not the budget's to refuse
+// (issue 18, item 8). Attempts 2 to 4 fail in turn, each asking for a hedge
+// the budget refuses; once the fourth has been sent the first answers.
 func TestHedgeBudgetRefusalReportedOncePerCall(t *testing.T) {
-	release := make(chan struct{})
-	up := newHedgeUpstream(func(n int64) string { return "hang" })
+	up := newHedgeUpstream(func(n int64) string {
+		if n == 1 {
+			return "hang"
+		}
+		return "503"
+	})
 	defer up.Close()
 	defer up.unblock()
 	rec := &evRecorder{}
-	h, err := NewHandler(hedgeOptions(rec, 2*time.Millisecond))
+	o := hedgeOptions(rec, 2*time.Millisecond)
+	o.Hedging.MaxHedges = 3
+	h, err := NewHandler(o)
 	require.NoError(t, err)
-	h.budget.tokens.Store(0) // an empty budget: every hedge is refused
+	h.budget.tokens.Store(0) // an empty budget: every retry is refused
 	tr := h.Transport(&http.Transport{})
 	defer tr.CloseIdleConnections()
 
 	go func() {
-		// Let the call pass about twenty hedge points, then answer it.
-		for up.hits.Load() == 0 {
-			time.Sleep(time.Millisecond)
+		for deadline := time.Now().Add(5 * time.Second); up.hits.Load() < 4 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond) // the bound only matters if hedges are refused
 		}
-		time.Sleep(40 * time.Millisecond)
 		up.unblock()
-		close(release)
 	}()
 	resp, err := hedgeGet(t, tr, http.MethodGet, up.URL, nil)
 	require.NoError(t, err)
 	assert.Equal(t, "late", readBody(t, resp))
-	<-release
-	assert.EqualValues(t, 1, up.hits.Load(), "no hedge was sent")
-	assert.Equal(t, 1, rec.count(EventBudgetExceeded))
+	assert.EqualValues(t, 4, up.hits.Load(), "three speculative hedges")
+	assert.Equal(t, 3, rec.count(EventHedge))
+	require.Equal(t, 1, rec.count(EventBudgetExceeded), "refused after attempts 2 and 3, reported once")
+	assert.Contains(t, rec.of(EventBudgetExceeded)[0].Err.Error(), "recent retries failed")
 }
 
 // Issue 8, item 14: the winner of a hedged call never waits while a kept
@@ -350,18 +358,68 @@ type closeSpy struct {
 func (s *closeSpy) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := s.base.RoundTrip(r)
 	if err == nil && resp.StatusCode == http.StatusServiceUnavailable {
-		resp.Body = spiedBody{resp.Body, s.closed}
+		resp.Body = &spiedBody{ReadCloser: resp.Body, closed: s.closed}
 	}
 	return resp, err
 }
 
+// spiedBody reports its first Close: a drain cut short by its time bound
+// closes the body, and then the drain closes it again.
 type spiedBody struct {
 	io.ReadCloser
 	closed chan struct{}
+	once   sync.Once
 }
 
-func (b spiedBody) Close() error {
+func (b *spiedBody) Close() error {
 	err := b.ReadCloser.Close()
-	close(b.closed)
+	b.once.Do(func() { close(b.closed) })
 	return err
+}
+
+// Issue 18, item 9: a loser whose response arrives after the winner's is
+// drained, not cut off by the end of the call, so its connection goes back
+// to the pool: 20 hedged calls of two attempts each open two connections.
+// Each call's first arrival waits until the call has returned (and its
+// winner's body was read and closed); the test then waits until the loser's
+// body is closed before the next call, so that both connections are idle.
+func TestHedgeLoserDrainedKeepsConnection(t *testing.T) {
+	const calls = 20
+	gates := make([]chan struct{}, calls)
+	for i := range gates {
+		gates[i] = make(chan struct{})
+	}
+	up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if n%2 == 1 { // the call's first arrival: the loser
+			select {
+			case <-gates[(n-1)/2]:
+			case <-r.Context().Done():
+				return
+			}
+			_, _ = io.WriteString(w, "late")
+			return
+		}
+		_, _ = io.WriteString(w, "fast")
+	})
+	base := &bodies{base: &http.Transport{}}
+	defer base.base.(*http.Transport).CloseIdleConnections()
+	tr, err := NewTransport(base, Options{
+		Hedging: HedgingOptions{Enabled: true, MaxHedges: 1, Delay: 2 * time.Millisecond, MaxExtraLoad: NoExtraLoadCap},
+	})
+	require.NoError(t, err)
+
+	for i := range calls {
+		resp, err := hedgeGet(t, tr, http.MethodGet, up.URL(), nil)
+		require.NoError(t, err)
+		assert.Equal(t, "fast", readBody(t, resp))
+		close(gates[i])
+		// Both attempts have returned, and every body is closed (a drained
+		// one after its connection went back to the pool).
+		require.Eventually(t, func() bool {
+			return base.returned.Load() == int64(2*(i+1)) && base.closed.Load() == base.opened.Load()
+		}, 5*time.Second, time.Millisecond)
+	}
+	assert.EqualValues(t, 2*calls, up.requests.Load())
+	assert.EqualValues(t, 2*calls, base.opened.Load(), "every loser got its response")
+	assert.LessOrEqual(t, up.newConns.Load(), int64(2), "one connection per concurrent attempt")
 }

@@ -361,10 +361,12 @@ type HedgingOptions struct {
 	// another, as Routing says. Each endpoint has a circuit breaker of its
 	// own, so PerHost.Enabled is required (NewHedgingTransport sets it); an
 	// attempt whose endpoint's circuit is open goes to the next endpoint at
-	// once. Admission control (RateLimit) stays the request's authority's,
+	// once. An endpoint's own failure, its TLS, ends no call while another
+	// endpoint is left: the call moves on and never tries that endpoint
+	// again (unless Retry.ShouldRetry says not to retry). Admission control (RateLimit) stays the request's authority's,
 	// and so does the quota the endpoints announce (IgnoreServerQuota):
 	// it is kept as one, as an account's quota across regions is.
-	// At most 16.
+	// At most 16; nil for none (an empty, non-nil list is an error).
 	Endpoints []Endpoint
 
 	// Routing says how attempts are spread over Endpoints. Default
@@ -375,12 +377,14 @@ type HedgingOptions struct {
 // RetryBudgetOptions configures the retry budget, shared by every call of a
 // handler (all its hosts, with PerHost). It follows whether retries work,
 // not how often attempts fail. It is a bucket of MaxTokens tokens, full at
-// first: a retry or hedge that fails takes a token, one that succeeds puts
-// back RetrySuccessTokens, a first attempt that succeeds puts back
-// TokenRatio of one, and a first attempt that fails costs nothing. Retries
-// and hedges are made while at least one token is left; a refused one gives
-// the caller the last outcome at once, and an EventBudgetExceeded whose Err
-// says why.
+// first: a retry (or a hedge that follows a handled failure) that fails
+// takes a token, one that succeeds puts back RetrySuccessTokens, a first
+// attempt that succeeds puts back TokenRatio of one, and a first attempt
+// that fails costs nothing. Retries are made while at least one token is
+// left that no retry in flight has claimed; a refused one gives the caller
+// the last outcome at once, and an EventBudgetExceeded whose Err says why.
+// A hedge sent while an attempt still runs is Hedging.MaxExtraLoad's to
+// bound, not the budget's.
 //
 // So against an upstream that fails at random, however often, retries that
 // succeed at least once in 1+RetrySuccessTokens (one in seven by default)

@@ -24,7 +24,8 @@ import (
 // (ErrTotalTimeout), a TLS certificate or handshake failure, or a request
 // the transport refused as malformed (unsupported scheme, missing host,
 // invalid method or header, a body shorter or longer than its
-// ContentLength): repeating those cannot help.
+// ContentLength): repeating those cannot help. (With Hedging.Endpoints, a
+// TLS failure moves the call on to another endpoint: it is the endpoint's.)
 //
 // A Transport does not leave the caller's own deadline or cancellation to
 // IsTransient: it reads them from the request's context, and a call whose

@@ -126,15 +126,20 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 			}
 			return nil, err // rejected, total timeout, cancelled, the request's own failure
 		}
-		if !c.repeatable || n > cfg.Retry.MaxRetries || !c.body.replayable() || !c.retryable {
+		if rt != nil {
+			rt.ended(rt.last, err) // an endpoint's own failure drops it from the call
+		}
+		if !c.repeatable || n > cfg.Retry.MaxRetries || !c.body.replayable() || !c.retryable || (rt != nil && !rt.left()) {
 			return c.result(resp, err)
 		}
-		wait, ok := c.nextDelay(n, resp, err)
+		// A Retry-After is the answering server's: a retry sent to another
+		// endpoint (failover) waits the backoff only.
+		wait, ok := c.nextDelay(n, resp, err, rt != nil && rt.ahead(c.h) != rt.last)
 		if !ok {
 			return c.result(resp, err) // the wait asked for does not fit: answer now
 		}
-		if b := c.budget(); b != nil && !b.allow() {
-			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: b.refusal(err)}
+		if why := c.budget().refuses(); why != nil {
+			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: why.of(err)}
 			if resp != nil {
 				e.StatusCode = resp.StatusCode
 			}
@@ -166,14 +171,14 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		// failed and emptied the budget. Asked only before the wait, every
 		// call that failed within one backoff delay of an outage's start
 		// would retry into it.
-		if b := c.budget(); b != nil && !b.claim() {
+		if why := c.budget().take(); why != nil {
 			if resp != nil && kept == nil {
 				// The response is gone (its body was too long to keep):
 				// retry rather than answer with nothing.
-				b.claimAnyway()
+				c.budget().claimAnyway()
 				continue
 			}
-			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: b.refusal(err)}
+			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: why.of(err)}
 			if kept != nil {
 				e.StatusCode = kept.StatusCode
 			}
@@ -209,8 +214,9 @@ func (c *call) result(resp *http.Response, err error) (*http.Response, error) {
 // end past the call's deadline, the earlier of the total timeout and the
 // request context's own deadline (http.Client.Timeout is one). A
 // Retry-After honoured wins over DelayFunc, which wins over the computed
-// delay.
-func (c *call) nextDelay(n int, resp *http.Response, err error) (time.Duration, bool) {
+// delay. elsewhere says the retry goes to another endpoint than resp's:
+// resp's Retry-After does not apply to it.
+func (c *call) nextDelay(n int, resp *http.Response, err error, elsewhere bool) (time.Duration, bool) {
 	r := c.cfg.Retry
 	if c.delays == nil {
 		c.delays = newBackOff(r)
@@ -218,7 +224,7 @@ func (c *call) nextDelay(n int, resp *http.Response, err error) (time.Duration, 
 	wait := min(c.delays.NextBackOff(), r.MaxDelay)
 	now := time.Now()
 	honoured := false
-	if !r.IgnoreRetryAfter {
+	if !r.IgnoreRetryAfter && !elsewhere {
 		d, ok := retryAfter(resp, now)
 		if !ok && c.keyed {
 			d, ok = conflictRetryAfter(resp, now)
@@ -357,7 +363,7 @@ func (c *call) attempt(now time.Time, waited time.Duration, rt *route) (resp *ht
 			return nil, c.errorf(nil, fault, ""), true
 		}
 	}
-	c.retryable = c.judge(s, c.attempts == 1, resp, err)
+	c.retryable = c.judge(s, c.attempts == 1, c.budget(), resp, err)
 	return resp, err, false
 }
 
@@ -379,15 +385,18 @@ func requestFault(body *sentBody, err error) error {
 	return nil
 }
 
-// judge tells s's circuit breaker and the retry budget how an attempt went
-// (the first of its call, or a later one), and reports whether it is a
+// judge tells s's circuit breaker and the retry budget rb (nil for none: an
+// attempt the budget does not count) how an attempt went (the first of its
+// call, or a later one), and reports whether it is a
 // failure the retry layer would retry. The standard classification
-// (IsTransient) is computed once for all three.
-func (c *call) judge(s *hostState, first bool, resp *http.Response, err error) (retryable bool) {
+// (IsTransient) is computed once for all three; with Hedging.Endpoints it
+// counts an endpoint's own failure (endpointFault) too, which moves the
+// call on to another endpoint.
+func (c *call) judge(s *hostState, first bool, rb *retryBudget, resp *http.Response, err error) (retryable bool) {
 	cfg := c.cfg
 	var transient bool
 	if cfg.Retry.ShouldRetry == nil || cfg.CircuitBreaker.ShouldHandle == nil {
-		transient = IsTransient(resp, err)
+		transient = IsTransient(resp, err) || (cfg.route != nil && endpointFault(err))
 	}
 	retryable = transient
 	if f := cfg.Retry.ShouldRetry; f != nil {
@@ -408,8 +417,8 @@ func (c *call) judge(s *hostState, first bool, resp *http.Response, err error) (
 			b.RecordSuccess()
 		}
 	}
-	if b := c.budget(); b != nil {
-		b.record(first, retryable)
+	if rb != nil {
+		rb.record(first, retryable)
 	}
 	return retryable
 }
