@@ -147,7 +147,8 @@ func (b *retryBudget) add(d int64) {
 // level is how many tokens the bucket holds.
 func (b *retryBudget) level() float64 { return float64(b.tokens.Load()) / 1000 }
 
-// ErrBudgetExhausted is why the retry budget refused a retry or hedge: the
+// ErrBudgetExhausted is why the retry budget refused a retry (or a hedge
+// that follows a failure): the
 // Err of an EventBudgetExceeded is, for errors.Is, this error, and it wraps
 // the outcome that was not retried, if an error. The caller gets that
 // outcome, never this error.

@@ -412,9 +412,9 @@ type RetryBudgetOptions struct {
 	// always fail (while the rest succeed) is allowed. Default 0.2.
 	TokenRatio float64
 
-	// RetrySuccessTokens is how many tokens a retry or hedge that succeeds
-	// puts back, in (0, 1000]. Default 6: retries are made as long as at
-	// least one in seven succeeds.
+	// RetrySuccessTokens is how many tokens a retry (or a hedge that
+	// follows a failure) puts back when it succeeds, in (0, 1000]. Default
+	// 6: retries are made as long as at least one in seven succeeds.
 	RetrySuccessTokens float64
 }
 

@@ -28,7 +28,7 @@ type Report struct {
 	Waited time.Duration
 
 	// BudgetRefused reports that the retry budget refused a retry (or a
-	// hedge): the call ended on the outcome before it.
+	// hedge that follows a failure): the call ended on the outcome before it.
 	BudgetRefused bool
 
 	// CircuitRejected reports that the circuit refused an attempt: the
