@@ -49,19 +49,6 @@ func hasHeader(h http.Header, name string) bool {
 	return false
 }
 
-// canonicalHeader returns h when every name in it is canonical, as in
-// every header net/http's Transport reads, and otherwise canonicalClone(h):
-// for a base RoundTripper of another kind, whose response may say
-// "ratelimit". It allocates only then.
-func canonicalHeader(h http.Header) http.Header {
-	for k := range h {
-		if http.CanonicalHeaderKey(k) != k {
-			return canonicalClone(h)
-		}
-	}
-	return h
-}
-
 // canonicalClone returns a copy of h with every name in canonical form, the
 // values of the spellings of one name together, so that Set replaces them
 // all. A header from a store or a RoundTripper other than net/http's may

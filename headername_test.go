@@ -43,10 +43,3 @@ func TestHeaderValuesCanonicalDoesNotAllocate(t *testing.T) {
 		hasHeader(h, "Cookie")
 	}))
 }
-
-func TestCanonicalHeader(t *testing.T) {
-	h := http.Header{"Ratelimit": {"a"}, "Date": {"d"}}
-	assert.Zero(t, testing.AllocsPerRun(100, func() { canonicalHeader(h) }), "canonical already: h itself")
-	got := canonicalHeader(http.Header{"ratelimit": {"b"}, "Ratelimit": {"a"}, "retry-after": {"1"}, "Date": {"d"}})
-	assert.Equal(t, http.Header{"Ratelimit": {"a", "b"}, "Retry-After": {"1"}, "Date": {"d"}}, got)
-}

@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -215,6 +216,39 @@ func (q *serverQuota) update(r quotaReading, sentAt, now time.Time, most time.Du
 	}
 }
 
+// quotaSpelledOtherwise reports whether h names a field that
+// readServerQuota reads in another spelling than the canonical one, as a
+// base RoundTripper other than net/http's may ("ratelimit"). It compares
+// only names of the lengths of those fields: a response costs a pass over
+// its names and no allocation.
+func quotaSpelledOtherwise(h http.Header) bool {
+	for k := range h {
+		var names []string
+		switch len(k) {
+		case len("Date"):
+			names = []string{"Date"}
+		case len("Ratelimit"):
+			names = []string{"Ratelimit"}
+		case len("Ratelimit-Reset"): // and Ratelimit-Limit
+			names = []string{"Ratelimit-Reset", "Ratelimit-Limit"}
+		case len("Ratelimit-Policy"):
+			names = []string{"Ratelimit-Policy"}
+		case len("X-Ratelimit-Reset"): // and X-Ratelimit-Limit
+			names = []string{"X-Ratelimit-Reset", "X-Ratelimit-Limit"}
+		case len("Ratelimit-Remaining"):
+			names = []string{"Ratelimit-Remaining"}
+		case len("X-Ratelimit-Remaining"):
+			names = []string{"X-Ratelimit-Remaining"}
+		}
+		for _, n := range names {
+			if k != n && strings.EqualFold(k, n) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // hasQuotaHeaders reports whether h may announce a quota.
 func hasQuotaHeaders(h http.Header) bool {
 	return len(h["Ratelimit"]) > 0 || len(h["Ratelimit-Remaining"]) > 0 || len(h["X-Ratelimit-Remaining"]) > 0
@@ -284,8 +318,8 @@ func (c *call) attemptAnswered(sentAt time.Time, resp *http.Response) {
 	q := &c.s.quota
 	if resp != nil {
 		h := resp.Header
-		if _, ok := c.base.(*http.Transport); !ok {
-			h = canonicalHeader(h) // net/http's canonicalizes what it reads; another may not
+		if _, ok := c.base.(*http.Transport); !ok && quotaSpelledOtherwise(h) {
+			h = canonicalClone(h) // net/http's canonicalizes what it reads; another may not
 		}
 		if resp.StatusCode == http.StatusTooManyRequests || hasQuotaHeaders(h) {
 			q.observe(resp, h, sentAt, time.Now(), c.maxServerWait(), c.cfg.RateLimit.PauseOn429)

@@ -623,3 +623,12 @@ func TestServerQuotaReadsNonCanonicalNames(t *testing.T) {
 	assert.Equal(t, "server", rle.Limit)
 	assert.EqualValues(t, 1, up.hits.Load())
 }
+
+func TestQuotaSpelledOtherwise(t *testing.T) {
+	for _, k := range []string{"ratelimit", "RateLimit", "ratelimit-policy", "RateLimit-Reset", "ratelimit-limit", "ratelimit-remaining", "x-ratelimit-remaining", "X-RateLimit-Reset", "x-ratelimit-limit", "date"} {
+		assert.True(t, quotaSpelledOtherwise(http.Header{"Content-Type": {"x"}, k: {"1"}}), k)
+	}
+	h := http.Header{"Content-Type": {"x"}, "Ratelimit": {"a"}, "X-Ratelimit-Reset": {"1"}, "Date": {"d"}, "Vary": {"v"}, "etag": {"e"}}
+	assert.False(t, quotaSpelledOtherwise(h), "canonical, or not a quota field")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { quotaSpelledOtherwise(h) }))
+}
