@@ -30,40 +30,41 @@ import (
 // request the client wants to send, retries included.
 type ovlClient struct {
 	name string
+	doc  string // one line for the report
 	new  func(base http.RoundTripper, seed uint64) (*http.Client, error)
 }
 
 // ovlClients is the constructor list: the clients run one after another,
 // in this order, on the same seeded traffic.
 var ovlClients = []ovlClient{
-	{"bare", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
+	{"bare", "http.Client, Timeout 2s, no retries", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
 		return faultPeerByName("bare").new(base, new(atomic.Int64))
 	}},
-	{"retryablehttp", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
+	{"retryablehttp", "go-retryablehttp, 4 attempts, waits 20-200ms, 200ms per attempt (the faults experiment's)", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
 		return faultPeerByName("retryablehttp").new(base, new(atomic.Int64))
 	}},
-	{"failsafehttp", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
+	{"failsafehttp", "failsafehttp: bulkhead, timeout 2s, 3 retries, breaker 0.1 of 100, timeout 200ms (the faults experiment's)", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
 		return faultPeerByName("failsafehttp").new(base, new(atomic.Int64))
 	}},
 	// the handler's current defaults, scaled as in the do-no-harm experiment
-	{"resilience", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
+	{"resilience", "the handler's current defaults, scaled (dnhOptions)", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
 		return ovlHandler(base)
 	}},
-	{"adaptivelimiter", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
+	{"adaptivelimiter", "failsafe-go adaptivelimiter, its defaults, alone over the bare transport: no retries", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
 		return &http.Client{Transport: newOVLLimited(base), Timeout: faultTotalTimeout}, nil
 	}},
-	{"resilience+adaptivelimiter", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
+	{"resilience+adaptivelimiter", "the handler's defaults with failsafe-go adaptivelimiter gating each attempt (its retries around it)", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
 		return ovlHandler(newOVLLimited(base))
 	}},
-	{"resilience+adaptivethrottler", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
+	{"resilience+adaptivethrottler", "the handler's defaults with failsafe-go adaptivethrottler (defaults) gating each attempt", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
 		return ovlHandler(newOVLThrottled(base))
 	}},
-	{"resilience+sre", func(base http.RoundTripper, seed uint64) (*http.Client, error) {
+	{"resilience+sre", "the handler's defaults with the SRE throttle (K=2, 2 min window) gating each attempt", func(base http.RoundTripper, seed uint64) (*http.Client, error) {
 		return ovlHandler(newSREThrottle(base, sreK, sreWindow, seed))
 	}},
 
 	// ---- slot: issue 19's adaptive limiter goes here, e.g.
-	// {"resilience, adaptive limit", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
+	// {"resilience, adaptive limit", "the handler with issue 19's limiter", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
 	//	o := dnhOptions(); o.<limiter options>; t, err := resilience.NewTransport(base, o) ...
 	// }},
 }

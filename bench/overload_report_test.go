@@ -159,6 +159,7 @@ type ovlReport struct {
 	loadBefore    string
 	loadAfter     string
 	cpuMax, lagMx float64
+	out           string // file name prefix of the SVGs
 }
 
 func newOVLReport(clients []ovlClient, triggers []ovlTrigger, seeds []uint64, runs []ovlRun, wall time.Duration, la0, la1 string) *ovlReport {
@@ -262,6 +263,11 @@ func (rep *ovlReport) markdown() string {
 		ovlWorkers, ovlService, ovlCapacity, 100*ovlLoad, ovlLoad*ovlCapacity, ovlRunFor, ovlJoinSeeds(rep.seeds),
 		ovlCallerDeadline, ovlTriggerAt, ovlTriggerText(rep.triggers),
 		o.AttemptTimeout, o.TotalTimeout, o.Retry.Delay, o.Retry.MaxDelay)
+	p("Clients, one after another on the same arrivals:\n\n")
+	for _, c := range rep.clients {
+		p("- `%s`: %s\n", c.name, c.doc)
+	}
+	p("\n")
 	p("Machine check: the busiest run used %.2f of %d cores (process CPU time / wall time, upstream included); "+
 		"the worst p99 lateness of a call's start against its schedule was %.1f ms.\n\n", rep.cpuMax, runtime.NumCPU(), rep.lagMx)
 	p("Columns: **trigger %%**: calls served during the trigger as %% of the physical limit min(offered, capacity during the trigger) "+
@@ -269,25 +275,34 @@ func (rep *ovlReport) markdown() string {
 		"**recovery**: from the trigger's end to the first of three consecutive 500 ms windows in which ≥ 95%% of the calls started succeeded "+
 		"(never: not before the arrivals stop); **attempts/call**: requests the upstream received / calls; "+
 		"**wasted %%**: share of the upstream's busy time, from the trigger to the end, spent on attempts whose caller had given up "+
-		"by the time their service finished; **before %%**: calls started from 1 s to the trigger that succeeded (the cost where nothing is wrong yet); **ok %%**: calls served over the whole run; **peak queue**: requests waiting.\n\n", ovlAfter)
+		"by the time their service finished; **before %%**: calls started from 1 s to the trigger that succeeded (the cost where nothing is wrong yet); **ok %%**: calls served over the whole run; **peak queue**: requests waiting; **cpu**: process CPU time / wall time of the run, in cores (client and upstream together); "+
+		"**lag p99**: how late the 99th-percentile call started against its Poisson schedule (the machine's doing, not the client's: "+
+		"read a row with a large lag with care).\n\n", ovlAfter)
 	for _, tr := range rep.triggers {
 		p("## %s\n\n", tr.name)
 		for _, m := range ovlModes {
-			p("### %s upstream\n\n![timeline](overload-%s-%s.svg)\n\n", m.name, ovlFileName(tr.name), m.name)
-			p("| client | trigger %% | after %% | recovery | attempts/call | wasted %% | before %% | ok %% | peak queue |\n")
-			p("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+			p("### %s upstream\n\n![timeline](%s-%s-%s.svg)\n\n", m.name, rep.out, ovlFileName(tr.name), m.name)
+			p("| client | trigger %% | after %% | recovery | attempts/call | wasted %% | before %% | ok %% | peak queue | cpu | lag p99 |\n")
+			p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 			for _, c := range rep.clients {
 				s, ok := rep.med[ovlKey{tr.name, m.name, c.name}]
 				if !ok {
 					continue
 				}
-				p("| %s | %s | %s | %s | %.2f | %.0f | %.1f | %.1f | %.0f |\n", c.name, ovlFmtPct(s.trigPct), ovlFmtPct(s.afterPct),
-					ovlFmtRecovery(s.recovery), s.perCall, s.wastedPct, s.steadyPct, s.okPct, s.peakQueue)
+				p("| %s | %s | %s | %s | %.2f | %.0f | %.1f | %.1f | %.0f | %.2f | %.0f ms |\n", c.name, ovlFmtPct(s.trigPct), ovlFmtPct(s.afterPct),
+					ovlFmtRecovery(s.recovery), s.perCall, s.wastedPct, s.steadyPct, s.okPct, s.peakQueue, s.cpu, s.lagMs)
 			}
 			p("\n")
 		}
 	}
 	return b.String()
+}
+
+func ovlSeedText(seeds []uint64) string {
+	if len(seeds) == 1 {
+		return fmt.Sprintf("seed %d", seeds[0])
+	}
+	return fmt.Sprintf("medians of seeds %s", ovlJoinSeeds(seeds))
 }
 
 func ovlJoinSeeds(seeds []uint64) string {
@@ -343,8 +358,8 @@ func (rep *ovlReport) svg(tr ovlTrigger, mode string) string {
 	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`+"\n",
 		width, height, width, height)
 	p(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
-	p(`<text x="%d" y="20" font-size="14" font-weight="bold">overload: %s, %s upstream (C = %.0f/s, offered %.0f/s; medians of %d seeds)</text>`+"\n",
-		left, tr.name, mode, ovlCapacity, ovlLoad*ovlCapacity, len(rep.seeds))
+	p(`<text x="%d" y="20" font-size="14" font-weight="bold">overload: %s, %s upstream (C = %.0f/s, offered %.0f/s; %s)</text>`+"\n",
+		left, tr.name, mode, ovlCapacity, ovlLoad*ovlCapacity, ovlSeedText(rep.seeds))
 	xs := func(t float64) float64 { return float64(left) + plotW*t/ovlRunFor.Seconds() }
 	for pi, pn := range panels {
 		y0 := float64(top + pi*(panelH+gap))

@@ -202,7 +202,8 @@ func ovlConfig(tr ovlTrigger, aware bool) ovlUpstreamConfig {
 // per trigger and mode (results/overload-<trigger>-<mode>.svg). About
 // 20 s per run: 8 clients × 3 triggers × 2 modes × 3 seeds is 50 minutes;
 // OVERLOAD_SEEDS=1 makes it 17. OVERLOAD_CLIENTS=bare,resilience and
-// OVERLOAD_TRIGGERS=slow2.5x pick a subset.
+// OVERLOAD_TRIGGERS=slow2.5x pick a subset; OVERLOAD_OUT=name writes
+// results/name.md and results/name-*.svg instead.
 func BenchmarkOverload(b *testing.B) {
 	clients := ovlClients
 	if s := os.Getenv("OVERLOAD_CLIENTS"); s != "" {
@@ -238,14 +239,19 @@ func BenchmarkOverload(b *testing.B) {
 	if err := os.MkdirAll("results", 0o755); err != nil {
 		b.Fatal(err)
 	}
+	out := "overload"
+	if s := os.Getenv("OVERLOAD_OUT"); s != "" {
+		out = s
+	}
+	rep.out = out
 	md := rep.markdown()
 	fmt.Print(md)
-	if err := os.WriteFile(filepath.Join("results", "overload.md"), []byte(md), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join("results", out+".md"), []byte(md), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	for _, tr := range triggers {
 		for _, m := range ovlModes {
-			name := fmt.Sprintf("overload-%s-%s.svg", ovlFileName(tr.name), m.name)
+			name := fmt.Sprintf("%s-%s-%s.svg", out, ovlFileName(tr.name), m.name)
 			if err := os.WriteFile(filepath.Join("results", name), []byte(rep.svg(tr, m.name)), 0o644); err != nil {
 				b.Fatal(err)
 			}
