@@ -481,3 +481,22 @@ func TestPeakInWindow(t *testing.T) {
 	}
 	assert.Equal(t, 40, peakInWindow(starts, dnhWindow))
 }
+
+// TestDoNoHarmTargetCount checks that issue 9's score still counts its 20
+// targets with issue 19's scenarios in the table, and that issue 19's
+// targets are reported apart: 2 per rejection-cost scenario, 3 in
+// overload2.
+func TestDoNoHarmTargetCount(t *testing.T) {
+	clients := dnhClients(t)
+	runs := map[dnhKey][]dnhResult{}
+	for _, sc := range dnhScenarios {
+		for _, c := range clients {
+			runs[dnhKey{sc.name, c.name}] = []dnhResult{{calls: 1}}
+		}
+	}
+	rep := newDNHReport(clients, runs, time.Second)
+	_, total := rep.score(dnhVariants[0].name)
+	assert.Equal(t, 20, total)
+	assert.Len(t, rep.issue19Targets(), 2+2+3)
+	assert.Contains(t, rep.markdown(), "Targets of issue 19")
+}
