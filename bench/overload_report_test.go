@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -152,6 +153,7 @@ type ovlKey struct{ trigger, mode, client string }
 type ovlReport struct {
 	clients       []ovlClient
 	triggers      []ovlTrigger
+	modes         []ovlMode
 	seeds         []uint64
 	med           map[ovlKey]ovlSummary
 	timeline      map[ovlKey]ovlSeries // per-window medians
@@ -162,8 +164,8 @@ type ovlReport struct {
 	out           string // file name prefix of the SVGs
 }
 
-func newOVLReport(clients []ovlClient, triggers []ovlTrigger, seeds []uint64, runs []ovlRun, wall time.Duration, la0, la1 string) *ovlReport {
-	rep := &ovlReport{clients: clients, triggers: triggers, seeds: seeds, med: map[ovlKey]ovlSummary{},
+func newOVLReport(clients []ovlClient, triggers []ovlTrigger, modes []ovlMode, seeds []uint64, runs []ovlRun, wall time.Duration, la0, la1 string) *ovlReport {
+	rep := &ovlReport{clients: clients, triggers: triggers, modes: modes, seeds: seeds, med: map[ovlKey]ovlSummary{},
 		timeline: map[ovlKey]ovlSeries{}, wall: wall, loadBefore: la0, loadAfter: la1}
 	sums := map[ovlKey][]ovlSummary{}
 	ser := map[ovlKey][]ovlSeries{}
@@ -249,8 +251,14 @@ func (rep *ovlReport) markdown() string {
 	p("Run %s, %s, %d cores, load before %s, after %s; the experiment took %v. "+
 		"`go test -run '^$' -bench BenchmarkOverload -benchtime 1x -timeout 90m .` in bench/",
 		time.Now().UTC().Format("2006-01-02T15:04Z"), runtime.Version(), runtime.NumCPU(), rep.loadBefore, rep.loadAfter, rep.wall.Round(time.Second))
-	if len(rep.seeds) != 3 {
-		p(" with OVERLOAD_SEEDS=%s", ovlJoinSeeds(rep.seeds))
+	var env []string
+	for _, k := range []string{"OVERLOAD_SEEDS", "OVERLOAD_CLIENTS", "OVERLOAD_TRIGGERS", "OVERLOAD_MODES", "OVERLOAD_OUT"} {
+		if v := os.Getenv(k); v != "" {
+			env = append(env, k+"="+v)
+		}
+	}
+	if len(env) > 0 {
+		p(" with %s", strings.Join(env, " "))
 	}
 	p(".\n\n")
 	p("Upstream: %d workers, service time %v (deterministic), one FIFO queue, nothing shed: C = %.0f calls/s. "+
@@ -280,7 +288,7 @@ func (rep *ovlReport) markdown() string {
 		"read a row with a large lag with care).\n\n", ovlAfter)
 	for _, tr := range rep.triggers {
 		p("## %s\n\n", tr.name)
-		for _, m := range ovlModes {
+		for _, m := range rep.modes {
 			p("### %s upstream\n\n![timeline](%s-%s-%s.svg)\n\n", m.name, rep.out, ovlFileName(tr.name), m.name)
 			p("| client | trigger %% | after %% | recovery | attempts/call | wasted %% | before %% | ok %% | peak queue | cpu | lag p99 |\n")
 			p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")

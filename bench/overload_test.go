@@ -54,10 +54,12 @@ var ovlTriggers = []ovlTrigger{
 }
 
 // ovlModes: does the upstream serve queued requests whose caller has gone?
-var ovlModes = []struct {
+type ovlMode struct {
 	name  string
 	aware bool
-}{{"oblivious", false}, {"aware", true}}
+}
+
+var ovlModes = []ovlMode{{"oblivious", false}, {"aware", true}}
 
 // ovlSeeds are the seeds of the arrivals (and of the SRE throttle's draws);
 // OVERLOAD_SEEDS=1,2 overrides them.
@@ -202,7 +204,8 @@ func ovlConfig(tr ovlTrigger, aware bool) ovlUpstreamConfig {
 // per trigger and mode (results/overload-<trigger>-<mode>.svg). About
 // 20 s per run: 8 clients × 3 triggers × 2 modes × 3 seeds is 50 minutes;
 // OVERLOAD_SEEDS=1 makes it 17. OVERLOAD_CLIENTS=bare,resilience and
-// OVERLOAD_TRIGGERS=slow2.5x pick a subset; OVERLOAD_OUT=name writes
+// OVERLOAD_TRIGGERS=slow2.5x and OVERLOAD_MODES=oblivious pick a subset;
+// OVERLOAD_OUT=name writes
 // results/name.md and results/name-*.svg instead.
 func BenchmarkOverload(b *testing.B) {
 	clients := ovlClients
@@ -217,12 +220,18 @@ func BenchmarkOverload(b *testing.B) {
 			return !slices.Contains(strings.Split(s, ","), t.name)
 		})
 	}
+	modes := ovlModes
+	if s := os.Getenv("OVERLOAD_MODES"); s != "" {
+		modes = slices.DeleteFunc(slices.Clone(modes), func(m ovlMode) bool {
+			return !slices.Contains(strings.Split(s, ","), m.name)
+		})
+	}
 	seeds := ovlSeeds(b)
 	la0 := ovlLoadAvg()
 	start := time.Now()
 	var runs []ovlRun
 	for _, tr := range triggers {
-		for _, m := range ovlModes {
+		for _, m := range modes {
 			for _, seed := range seeds {
 				for _, cl := range clients {
 					r := runOverload(b, cl, ovlConfig(tr, m.aware), seed, ovlRunFor)
@@ -235,7 +244,7 @@ func BenchmarkOverload(b *testing.B) {
 		}
 	}
 	wall := time.Since(start)
-	rep := newOVLReport(clients, triggers, seeds, runs, wall, la0, ovlLoadAvg())
+	rep := newOVLReport(clients, triggers, modes, seeds, runs, wall, la0, ovlLoadAvg())
 	if err := os.MkdirAll("results", 0o755); err != nil {
 		b.Fatal(err)
 	}
@@ -250,7 +259,7 @@ func BenchmarkOverload(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, tr := range triggers {
-		for _, m := range ovlModes {
+		for _, m := range modes {
 			name := fmt.Sprintf("%s-%s-%s.svg", out, ovlFileName(tr.name), m.name)
 			if err := os.WriteFile(filepath.Join("results", name), []byte(rep.svg(tr, m.name)), 0o644); err != nil {
 				b.Fatal(err)
