@@ -7,12 +7,15 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -397,4 +400,93 @@ func TestOverloadSummary(t *testing.T) {
 		}
 	}
 	assert.True(t, math.IsInf(ovlSummarize(r).recovery, 1), "never")
+}
+
+// BenchmarkOverloadNoHarm runs two probes of issue 19's "no harm when
+// nothing is wrong" targets on every client, once whatever b.N, and writes
+// results/overload-noharm.md: a burst of ovlBurst calls started at once
+// against a fast healthy upstream (calls lost: the issue asks for none),
+// and a latency step that is not overload: the upstream of the experiment
+// with 8× the workers (C = 3,200/s at 320 calls/s offered) becomes 3×
+// slower for 4 s (calls lost beside bare's: the issue allows 1%).
+func BenchmarkOverloadNoHarm(b *testing.B) {
+	type row struct {
+		name              string
+		burstLost         int
+		stepOK, stepCalls int
+	}
+	var rows []row
+	la0 := ovlLoadAvg()
+	start := time.Now()
+	for _, cl := range ovlClients {
+		r := row{name: cl.name, burstLost: ovlBurst(b, cl)}
+		cfg := ovlConfig(ovlTrigger{name: "step3x", at: 3 * time.Second, dur: 4 * time.Second, slow: 3}, false)
+		cfg.workers = 8 * ovlWorkers
+		cfg.span = 10*time.Second + 2500*time.Millisecond
+		run := runOverload(b, cl, cfg, 1, 10*time.Second)
+		r.stepCalls = len(run.calls)
+		for _, c := range run.calls {
+			if c.ok {
+				r.stepOK++
+			}
+		}
+		fmt.Fprintf(os.Stderr, "overload no-harm %-28s burst lost %3d of %d  step3x %d of %d ok\n", cl.name, r.burstLost, ovlBurstCalls, r.stepOK, r.stepCalls)
+		rows = append(rows, r)
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "# Overload experiment: no harm when nothing is wrong (issue 19)\n\n"+
+		"Run %s, %d cores, load before %s, after %s; took %v. `go test -run '^$' -bench BenchmarkOverloadNoHarm -benchtime 1x .` in bench/.\n\n"+
+		"**burst**: %d calls started at once (each in its own goroutine, 2 s deadline) against an httptest server that answers 200 at once; calls that failed. "+
+		"**step3x**: the overload experiment's upstream with %d workers (C = %.0f/s) at %.0f calls/s for 10 s, 3× slower service from 3 s to 7 s: "+
+		"spare capacity all along; calls served, and the loss beside bare's.\n\n"+
+		"| client | burst: calls lost | step3x: ok of calls | step3x: loss beside bare (points) |\n|---|---:|---:|---:|\n",
+		time.Now().UTC().Format("2006-01-02T15:04Z"), runtime.NumCPU(), la0, ovlLoadAvg(), time.Since(start).Round(time.Second),
+		ovlBurstCalls, 8*ovlWorkers, 8*ovlCapacity, ovlLoad*ovlCapacity)
+	bare := 100 * float64(rows[0].stepOK) / float64(rows[0].stepCalls)
+	for _, r := range rows {
+		pct := 100 * float64(r.stepOK) / float64(r.stepCalls)
+		fmt.Fprintf(&sb, "| %s | %d | %d of %d (%.1f%%) | %.1f |\n", r.name, r.burstLost, r.stepOK, r.stepCalls, pct, bare-pct)
+	}
+	fmt.Print(sb.String())
+	if err := os.WriteFile(filepath.Join("results", "overload-noharm.md"), []byte(sb.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N), "ns/op")
+}
+
+// ovlBurstCalls is the size of the healthy burst (issue 19: 500).
+const ovlBurstCalls = 500
+
+// ovlBurst starts ovlBurstCalls calls at once through a fresh client
+// against a fast healthy upstream and returns how many failed.
+func ovlBurst(tb testing.TB, cl ovlClient) int {
+	tb.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(ovlOKBody)))
+		_, _ = w.Write(ovlOKBody)
+	}))
+	defer srv.Close()
+	transport := loopbackTransport()
+	defer transport.CloseIdleConnections()
+	c, err := cl.new(ovlBase{base: transport, reg: newOVLRegistry()}, 1)
+	if err != nil {
+		tb.Fatalf("%s: %v", cl.name, err)
+	}
+	defer c.CloseIdleConnections()
+	var lost atomic.Int64
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for range ovlBurstCalls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			if !ovlDo(c, srv.URL) {
+				lost.Add(1)
+			}
+		}()
+	}
+	close(gate)
+	wg.Wait()
+	return int(lost.Load())
 }
