@@ -108,6 +108,9 @@ func (r *dnhReport) targets() []dnhTargetRow {
 	perCall := func(m dnhMedian) (float64, string) { return m.perCall, fmt.Sprintf("%.2f", m.perCall) }
 	load := func(m dnhMedian) (float64, string) { return m.load, fmt.Sprintf("%.2fx", m.load) }
 	for _, sc := range dnhScenarios {
+		if sc.rejectCost > 0 {
+			continue // issue 19's scenarios: see issue19Targets
+		}
 		add("success ≥ bare", sc.name, "bare", success,
 			func(v, ref float64) bool { return v >= ref },
 			func(ref float64) string { return fmt.Sprintf("bare %.1f", ref) })
@@ -126,6 +129,50 @@ func (r *dnhReport) targets() []dnhTargetRow {
 		add("peak upstream load < 2x", name, "", load,
 			func(v, _ float64) bool { return v < 2 },
 			func(float64) string { return "2x" })
+	}
+	return rows
+}
+
+// issue19Targets checks issue 19's do-no-harm targets on every resilience
+// variant, for the record only: they are not counted in score (issue 9's).
+// Against the upstreams whose rejections cost (rejectcost*): success ≥
+// bare's − 1 point and ≥ 97% of the physical limit; in overload2:
+// attempts per call ≤ 1.2, peak load ≤ 1.5x, success ≥ bare's.
+func (r *dnhReport) issue19Targets() []dnhTargetRow {
+	var rows []dnhTargetRow
+	row := func(target, scenario, ref string, text func(dnhMedian) string, ok func(dnhMedian) bool) {
+		tr := dnhTargetRow{target: target, scenario: scenario, ref: ref}
+		for _, v := range dnhVariants {
+			m, found := r.med[dnhKey{scenario, v.name}]
+			if !found {
+				return
+			}
+			tr.values = append(tr.values, text(m))
+			tr.pass = append(tr.pass, ok(m))
+		}
+		rows = append(rows, tr)
+	}
+	success := func(m dnhMedian) string { return fmt.Sprintf("%.1f", m.success) }
+	for _, sc := range dnhScenarios {
+		bare, found := r.med[dnhKey{sc.name, "bare"}]
+		if !found {
+			continue
+		}
+		switch {
+		case sc.rejectCost > 0:
+			row("success ≥ bare − 1", sc.name, fmt.Sprintf("bare %.1f − 1", bare.success), success,
+				func(m dnhMedian) bool { return m.success >= bare.success-1 })
+			limit := 0.97 * sc.physicalLimit()
+			row("success ≥ 97% of the physical limit", sc.name, fmt.Sprintf("%.1f", limit), success,
+				func(m dnhMedian) bool { return m.success >= limit })
+		case sc.name == "overload2":
+			row("attempts/call ≤ 1.2", sc.name, "1.2", func(m dnhMedian) string { return fmt.Sprintf("%.2f", m.perCall) },
+				func(m dnhMedian) bool { return m.perCall <= 1.2 })
+			row("peak upstream load ≤ 1.5x", sc.name, "1.5x", func(m dnhMedian) string { return fmt.Sprintf("%.2fx", m.load) },
+				func(m dnhMedian) bool { return m.load <= 1.5 })
+			row("success ≥ bare", sc.name, fmt.Sprintf("bare %.1f", bare.success), success,
+				func(m dnhMedian) bool { return m.success >= bare.success })
+		}
 	}
 	return rows
 }
@@ -174,6 +221,9 @@ func (r *dnhReport) markdown() string {
 		}
 		p("\n")
 		for _, sc := range dnhScenarios {
+			if !slices.ContainsFunc(r.clients, func(c dnhClient) bool { _, ok := r.med[dnhKey{sc.name, c.name}]; return ok }) {
+				continue // not run (DONOHARM_SCENARIOS)
+			}
 			p("| %s | %d |", sc.name, sc.calls)
 			for _, c := range r.clients {
 				m, ok := r.med[dnhKey{sc.name, c.name}]
@@ -230,7 +280,37 @@ func (r *dnhReport) markdown() string {
 		passed, total := r.score(v.name)
 		p("- %s: %d of %d targets PASS\n", v.name, passed, total)
 	}
+	if rows := r.issue19Targets(); len(rows) > 0 {
+		p("\n## Targets of issue 19 (overload; not counted above)\n\n")
+		p("rejectcost*: the overloaded upstream's 503s each hold a worker for %.0f%% of a request's service time; "+
+			"physical limit = capacity / offered.\n\n| target | scenario | reference |", 100*rejectCostOf(dnhScenarios))
+		for _, v := range dnhVariants {
+			p(" %s |", v.name)
+		}
+		p("\n|---|---|---|")
+		for range dnhVariants {
+			p("---|")
+		}
+		p("\n")
+		for _, row := range rows {
+			p("| %s | %s | %s |", row.target, row.scenario, row.ref)
+			for i := range row.values {
+				p(" %s %s |", row.values[i], verdict(row.pass[i]))
+			}
+			p("\n")
+		}
+	}
 	return b.String()
+}
+
+// rejectCostOf is the first scenario's rejection cost (they share one).
+func rejectCostOf(scs []dnhScenario) float64 {
+	for _, sc := range scs {
+		if sc.rejectCost > 0 {
+			return sc.rejectCost
+		}
+	}
+	return 0
 }
 
 func verdict(ok bool) string {

@@ -39,10 +39,11 @@ type dnhUpstream struct {
 type dnhAction int
 
 const (
-	dnhOK      dnhAction = iota // 200 at once
-	dnhFail                     // 503 at once, no Retry-After
-	dnhHang                     // wait until the client gives up
-	dnhService                  // queue for a worker, hold it, then 200
+	dnhOK           dnhAction = iota // 200 at once
+	dnhFail                          // 503 at once, no Retry-After
+	dnhHang                          // wait until the client gives up
+	dnhService                       // queue for a worker, hold it, then 200
+	dnhRejectCostly                  // queue for a worker, hold it for rejectCost of the service time, then 503
 )
 
 // dnhOKBody and dnhFailBody are the answers' bodies: small, as an API's.
@@ -98,6 +99,9 @@ func (u *dnhUpstream) decide(x float64, at time.Duration, r *http.Request) dnhAc
 		return dnhOK
 	case sc.overload > 0:
 		if u.inSystem >= dnhWorkers+dnhQueue {
+			if sc.rejectCost > 0 {
+				return dnhRejectCostly // shedding takes a worker's time
+			}
 			return dnhFail // workers busy and queue full: shed at once
 		}
 		u.inSystem++
@@ -130,6 +134,14 @@ func (u *dnhUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = w.Write(dnhFailBody)
 		return
+	case dnhRejectCostly:
+		if !u.hold(r, time.Duration(u.sc.rejectCost*float64(u.sc.serviceTime()))) {
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(dnhFailBody)))
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write(dnhFailBody)
+		return
 	case dnhService:
 		ok := u.serve(r)
 		u.mu.Lock()
@@ -153,6 +165,12 @@ func (u *dnhUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // not cut short: the work was started. It reports whether the request was
 // served.
 func (u *dnhUpstream) serve(r *http.Request) bool {
+	return u.hold(r, u.sc.serviceTime()) && r.Context().Err() == nil
+}
+
+// hold waits for a worker as serve does and holds it for d; it reports
+// whether it did.
+func (u *dnhUpstream) hold(r *http.Request, d time.Duration) bool {
 	select {
 	case u.workers <- struct{}{}:
 	case <-r.Context().Done():
@@ -160,7 +178,7 @@ func (u *dnhUpstream) serve(r *http.Request) bool {
 	case <-u.closed:
 		return false
 	}
-	t := time.NewTimer(u.sc.serviceTime())
+	t := time.NewTimer(d)
 	defer t.Stop()
 	served := true
 	select {
@@ -169,7 +187,7 @@ func (u *dnhUpstream) serve(r *http.Request) bool {
 		served = false
 	}
 	<-u.workers
-	return served && r.Context().Err() == nil
+	return served
 }
 
 // dnhRecord is what the upstream saw in a run.

@@ -4,11 +4,15 @@
 # a benchstat table (peers as columns, deltas against bare) and the tables of
 # results/latest.md: ratios to bare, memory, faults, herd, hedging, retry
 # budget, and the targets of issues 3 and 5; then the do-no-harm tables and
-# issue 9's targets (results/donoharm.md).
+# issue 9's targets (results/donoharm.md), and the overload experiment's
+# tables (results/overload.md, issue 19).
 #
 #   ./run.sh                      # COUNT=6 rounds, ~13 minutes on 2 cores
 #   DONOHARM=0 ./run.sh           # without the do-no-harm experiment (~6 min)
 #   PACING=0 ./run.sh             # without the pacing experiment (~1 min)
+#   OVERLOAD=0 ./run.sh           # without the overload experiment (~17 min
+#                                 # with OVERLOAD_SEEDS=1, the default here;
+#                                 # OVERLOAD_SEEDS=1,2,3 takes ~50 min)
 #   COUNT=10 BENCHTIME=2s ./run.sh
 #   PROFILE=1 ./run.sh            # also CPU and allocation profiles of the
 #                                 # resilience success path in results/
@@ -73,8 +77,17 @@ if [ "${PACING:-1}" != 0 ]; then
 fi
 if [ "${DONOHARM:-1}" != 0 ]; then
 	# Its tables go to results/donoharm.md, not to latest.txt.
-	echo "== do-no-harm experiment (1 round, ~7 minutes; DONOHARM=0 skips it)" >&2
+	echo "== do-no-harm experiment (1 round, ~10 minutes; DONOHARM=0 skips it)" >&2
 	"$bin" -test.run '^$' -test.bench '^BenchmarkDoNoHarm$' -test.benchtime 1x | grep '^Benchmark' >&2
+fi
+if [ "${OVERLOAD:-1}" != 0 ]; then
+	# Issue 19: its tables go to results/overload.md, its timelines to
+	# results/overload-*.svg, not to latest.txt.
+	echo "== overload experiment (1 round, ~17 min per seed; OVERLOAD=0 skips it)" >&2
+	OVERLOAD_SEEDS=${OVERLOAD_SEEDS:-1} "$bin" -test.run '^$' -test.bench '^BenchmarkOverload$' -test.benchtime 1x \
+		-test.timeout 3h | grep '^Benchmark' >&2
+	echo "== overload no-harm probes (~80 s; results/overload-noharm.md)" >&2
+	"$bin" -test.run '^$' -test.bench '^BenchmarkOverloadNoHarm$' -test.benchtime 1x | grep '^Benchmark' >&2
 fi
 echo "load-after: $(cut -d' ' -f1-3 /proc/loadavg | tr ' ' '/')" >>"$out"
 
@@ -102,6 +115,10 @@ go run ./cmd/ratios "$out" | tee results/latest.md
 if [ "${DONOHARM:-1}" != 0 ]; then
 	echo
 	cat results/donoharm.md
+fi
+if [ "${OVERLOAD:-1}" != 0 ]; then
+	echo
+	cat results/overload.md results/overload-noharm.md
 fi
 
 # Issue 12: the rate shared through Redis (needs redis-server).
