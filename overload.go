@@ -251,19 +251,41 @@ func (l *overloadLimiter) overloaded() (now, changed bool) {
 	return now, changed
 }
 
-// OverloadStats is a snapshot of an overload limiter.
+// OverloadStats is a snapshot of one upstream's overload limiter.
 type OverloadStats struct {
-	Limit    int           // attempts allowed in flight
-	InFlight int           // attempts in flight
-	Queued   int           // first attempts waiting for a slot
-	Latency  time.Duration // smoothed time to headers of successful attempts
-	Refused  uint64        // calls refused and retries or hedges shed, so far
+	Limit      int           `json:"limit"`      // attempts allowed in flight
+	InFlight   int           `json:"inFlight"`   // attempts in flight
+	Queued     int           `json:"queued"`     // first attempts waiting for a slot
+	Latency    time.Duration `json:"latency"`    // smoothed time to headers of successful attempts
+	Refused    uint64        `json:"refused"`    // calls refused and retries or hedges shed, so far
+	Overloaded bool          `json:"overloaded"` // it refused one within the last second
 }
 
 func (l *overloadLimiter) stats() OverloadStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return OverloadStats{Limit: l.limitLocked(), InFlight: l.inflight, Queued: len(l.waiters), Latency: l.srtt, Refused: l.refused}
+	return OverloadStats{Limit: l.limitLocked(), InFlight: l.inflight, Queued: len(l.waiters), Latency: l.srtt, Refused: l.refused,
+		Overloaded: !l.refusedAt.IsZero() && l.now().Sub(l.refusedAt) < quietAfter}
+}
+
+// OverloadStats returns a snapshot of the overload limiter of each upstream
+// the handler keeps state for, by host with PerHost and under "" without;
+// nil when Options.Overload is off.
+func (h *Handler) OverloadStats() map[string]OverloadStats {
+	states := []*hostState{h.shared}
+	if h.hosts != nil {
+		states = h.hosts.all()
+	}
+	var out map[string]OverloadStats
+	for _, s := range states {
+		if l := s.policies.Load().overload; l != nil {
+			if out == nil {
+				out = make(map[string]OverloadStats, len(states))
+			}
+			out[s.host] = l.stats()
+		}
+	}
+	return out
 }
 
 // OverloadError is why the overload limiter refused a call: the attempts in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,4 +173,45 @@ func TestOverloadStateChangesOnce(t *testing.T) {
 	now, changed = l.overloaded()
 	assert.False(t, now)
 	assert.True(t, changed)
+}
+
+func TestOverloadOptionsDefaultsAndValidation(t *testing.T) {
+	cfg, err := resolve(Options{Overload: OverloadOptions{Enabled: true}})
+	require.NoError(t, err)
+	assert.Equal(t, OverloadOptions{Enabled: true, MinLimit: DefaultOverloadMinLimit, MaxLimit: DefaultOverloadMaxLimit,
+		InitialLimit: DefaultOverloadInitialLimit, MaxQueue: DefaultOverloadMaxQueue, MaxQueueWait: DefaultOverloadMaxQueueWait}, cfg.Overload)
+
+	cfg, err = resolve(Options{})
+	require.NoError(t, err)
+	assert.Equal(t, OverloadOptions{}, cfg.Overload, "off by default, and nothing filled in")
+
+	for _, tc := range []struct {
+		o    OverloadOptions
+		want string
+	}{
+		{OverloadOptions{MinLimit: -1}, `invalid option Overload.MinLimit (-1): must not be negative`},
+		{OverloadOptions{MaxQueueWait: -time.Second}, `invalid option Overload.MaxQueueWait (-1s): must not be negative`},
+		{OverloadOptions{MinLimit: 50, MaxLimit: 10}, `invalid option Overload.MinLimit (50): must not exceed MaxLimit (10)`},
+		{OverloadOptions{InitialLimit: 5000}, `invalid option Overload.InitialLimit (5000): must be between MinLimit (8) and MaxLimit (1000)`},
+	} {
+		tc.o.Enabled = true
+		_, err := NewHandler(Options{Name: "x", Overload: tc.o})
+		assert.EqualError(t, err, `resilience: handler "x": `+tc.want)
+	}
+}
+
+func TestOverloadConfig(t *testing.T) {
+	cfg, err := LoadConfig(strings.NewReader(`{
+	  "defaults": {"overload": {"enabled": true, "maxQueueWait": "250ms"}},
+	  "upstreams": {"pricing": {"overload": {"minLimit": 4, "maxLimit": 64, "initialLimit": 16, "maxQueue": 100}}, "search": {"overload": {"enabled": false}}}
+	}`))
+	require.NoError(t, err)
+	assert.Equal(t, OverloadOptions{Enabled: true, MinLimit: 4, MaxLimit: 64, InitialLimit: 16, MaxQueue: 100, MaxQueueWait: 250 * time.Millisecond},
+		cfg.Upstreams["pricing"].Overload)
+	assert.False(t, cfg.Upstreams["search"].Overload.Enabled)
+
+	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"pricing": {"overload": {"enabled": true, "minLimit": -3}}}}`))
+	assert.ErrorContains(t, err, `upstreams.pricing.overload.minLimit (-3): must not be negative`)
+	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"pricing": {"overload": {"maxQueue": 0}}}}`))
+	assert.ErrorContains(t, err, `upstreams.pricing.overload.maxQueue: 0 is not allowed here; omit the field for the default (1000)`)
 }

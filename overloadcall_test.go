@@ -1,9 +1,12 @@
 package resilience
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -199,4 +202,44 @@ func TestOverloadShedsHedges(t *testing.T) {
 	close(release)
 	require.NoError(t, <-done)
 	assert.EqualValues(t, 1, u.requests.Load(), "the hedge was not sent")
+}
+
+// The limiter's state shows in the health report and in OverloadStats, and
+// a logger gets one record per change of state, not one per refusal.
+func TestOverloadVisible(t *testing.T) {
+	release := make(chan struct{})
+	u := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	defer close(release)
+	var logs bytes.Buffer
+	o := overloadTestOptions(1)
+	o.Overload.MaxQueueWait = time.Millisecond
+	o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c := newTestClient(t, o)
+	h := c.tr.Handler()
+	assert.Equal(t, "healthy", CheckHealth(h).Status)
+	go func() {
+		if resp, err := c.getBounded(t, u.URL()); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	require.Eventually(t, func() bool { return u.requests.Load() == 1 }, 5*time.Second, time.Millisecond)
+	for range 3 {
+		_, err := c.getBounded(t, u.URL())
+		require.ErrorIs(t, err, ErrOverloaded)
+	}
+	st := h.OverloadStats()[""]
+	assert.Equal(t, OverloadStats{Limit: 1, InFlight: 1, Refused: 3, Overloaded: true}, st)
+	report := CheckHealth(h)
+	assert.Equal(t, "degraded", report.Status)
+	assert.Equal(t, st, report.Handlers["ovl"].Overload[""])
+	assert.Equal(t, 1, strings.Count(logs.String(), "\n"), logs.String())
+
+	off := newTestClient(t, Options{})
+	assert.Nil(t, off.tr.Handler().OverloadStats())
+	assert.Nil(t, CheckHealth(off.tr.Handler()).Handlers["standard"].Overload)
 }
