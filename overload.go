@@ -216,6 +216,9 @@ func (l *overloadLimiter) signalLocked(o overloadOutcome, rtt time.Duration) {
 			}
 		}
 	case overloadLoss, overloadTimeout:
+		// The slot this attempt frees is not handed on: a fast 503 would
+		// otherwise free it for the next attempt into the same full upstream.
+		l.lossCap = max(min(l.lossCap, float64(l.inflight-1)), float64(l.opts.MinLimit))
 		now := l.now()
 		if now.Sub(l.lastCut) < max(lossWindow, l.srtt) {
 			return

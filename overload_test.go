@@ -113,14 +113,14 @@ func TestOverloadLossCapArithmetic(t *testing.T) {
 	assert.True(t, math.IsInf(l.lossCap, 1), "no loss, no cap")
 
 	slots[0].release(overloadLoss, 0)
-	assert.InDelta(t, 9, l.lossCap, 1e-9, "0.9 of the 10 seen in flight, not of the initial limit")
-	assert.Equal(t, 9, l.stats().Limit)
+	assert.InDelta(t, 9*0.9, l.lossCap, 1e-9, "held at the 9 left in flight, then 0.9 of that: relative to what was in flight, not to the initial limit")
+	assert.Equal(t, 8, l.stats().Limit)
 	slots[1].release(overloadTimeout, 200*time.Millisecond)
-	assert.InDelta(t, 9, l.lossCap, 1e-9, "once per window")
+	assert.InDelta(t, 8, l.lossCap, 1e-9, "held at the 8 left; no cut within the window")
 
 	clock.advance(lossWindow)
 	slots[2].release(overloadLoss, 0)
-	assert.InDelta(t, 9*0.9, l.lossCap, 1e-9, "0.9 of the cap: the peak since the last cut was over it")
+	assert.InDelta(t, 7*0.9, l.lossCap, 1e-9, "held at 7, cut once the window passed")
 	for _, s := range slots[3:] {
 		s.release(overloadDropped, 0)
 	}
