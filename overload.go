@@ -347,7 +347,7 @@ func (c *call) takeSlot(ctx context.Context, s *hostState, n int) (overloadSlot,
 	return slot, err
 }
 
-// outcomeOf is what an attempt that ended with resp and err (fired: the
+// overloadOutcome is what an attempt that ended with resp and err (fired: the
 // deadline that cut it, if any) tells the overload limiter.
 func (c *call) overloadOutcome(resp *http.Response, err, fired error) overloadOutcome {
 	switch {
@@ -366,7 +366,7 @@ func (c *call) overloadOutcome(resp *http.Response, err, fired error) overloadOu
 	return overloadAnswered
 }
 
-// errShed says that the overload limiter shed a retry: the call ends on
+// A shedError says that the overload limiter shed a retry: the call ends on
 // the outcome before it.
 type shedError struct{ *OverloadError }
 
