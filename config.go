@@ -353,6 +353,20 @@ func objectField[T, F any](fs fieldSet[F], field func(*T) *F) func(*T, json.RawM
 	}
 }
 
+var overloadFields = fieldSet[OverloadOptions]{
+	"enabled": boolField(func(o *OverloadOptions) *bool { return &o.Enabled }),
+	"minLimit": intField(func(o *OverloadOptions) *int { return &o.MinLimit },
+		rejectZero(DefaultOverloadMinLimit, "")),
+	"maxLimit": intField(func(o *OverloadOptions) *int { return &o.MaxLimit },
+		rejectZero(DefaultOverloadMaxLimit, "")),
+	"initialLimit": intField(func(o *OverloadOptions) *int { return &o.InitialLimit },
+		rejectZero(DefaultOverloadInitialLimit, "")),
+	"maxQueue": intField(func(o *OverloadOptions) *int { return &o.MaxQueue },
+		rejectZero(DefaultOverloadMaxQueue, "")),
+	"maxQueueWait": durationField(func(o *OverloadOptions) *time.Duration { return &o.MaxQueueWait },
+		rejectZero(DefaultOverloadMaxQueueWait, "")),
+}
+
 var rateLimitFields = fieldSet[RateLimitOptions]{
 	"disabled": boolField(func(o *RateLimitOptions) *bool { return &o.Disabled }),
 	"maxConcurrent": intField(func(o *RateLimitOptions) *int { return &o.MaxConcurrent },
@@ -534,6 +548,7 @@ var optionFields = fieldSet[fileOptions]{
 	"maxBufferedBody": intField(func(o *fileOptions) *int64 { return &o.MaxBufferedBody },
 		rejectZero(fmt.Sprintf("%d bytes", DefaultMaxBufferedBody), "write a negative number such as -1 to never buffer request bodies")),
 	"rateLimit":      objectField(rateLimitFields, func(o *fileOptions) *RateLimitOptions { return &o.RateLimit }),
+	"overload":       objectField(overloadFields, func(o *fileOptions) *OverloadOptions { return &o.Overload }),
 	"retry":          objectField(retryFields, func(o *fileOptions) *fileOptions { return o }),
 	"circuitBreaker": objectField(circuitBreakerFields, func(o *fileOptions) *CircuitBreakerOptions { return &o.CircuitBreaker }),
 	"perHost":        objectField(perHostFields, func(o *fileOptions) *PerHostOptions { return &o.PerHost }),

@@ -239,6 +239,11 @@ func TestLoadConfigWrittenZero(t *testing.T) {
 
 		{"perHost.maxHosts", `0`, `64`, ` (1000) or leave perHost.enabled false to share one circuit and one set of limits`, nil},
 		{"perHost.idleTimeout", `"0s"`, `"10m"`, ` (5m0s)`, nil},
+		{"overload.minLimit", `0`, `4`, ` (8)`, nil},
+		{"overload.maxLimit", `0`, `64`, ` (1000)`, nil},
+		{"overload.initialLimit", `0`, `16`, ` (20)`, nil},
+		{"overload.maxQueue", `0`, `100`, ` (1000)`, nil},
+		{"overload.maxQueueWait", `"0s"`, `"250ms"`, ` (1s)`, nil},
 
 		{"fallback.maxStale", `"0s"`, `"1m"`, ` (10m0s) or leave fallback.enabled false to serve no stale responses`, nil},
 		{"fallback.maxEntryBytes", `0`, `1024`, ` (1048576)`, nil},
@@ -247,7 +252,7 @@ func TestLoadConfigWrittenZero(t *testing.T) {
 
 	// Every numeric field of the configuration is in the table.
 	nonNumeric := map[string]bool{
-		"rateLimit": true, "retry": true, "circuitBreaker": true, "retryBudget": true, "hedging": true, "perHost": true, "logLevels": true,
+		"rateLimit": true, "overload": true, "retry": true, "circuitBreaker": true, "retryBudget": true, "hedging": true, "perHost": true, "logLevels": true,
 		"fallback": true, "header": true, "onTransient": true, "shareCredentialed": true,
 		"routing": true, "endpoints": true,
 		"disabled": true, "enabled": true, "wait": true, "hedge": true, "idempotency": true, "backoff": true, "noJitter": true, "methods": true, "excludeMethods": true, "ignoreRetryAfter": true,
@@ -263,6 +268,7 @@ func TestLoadConfigWrittenZero(t *testing.T) {
 		"hedging.":        sortedKeys(hedgingFields),
 		"perHost.":        sortedKeys(perHostFields),
 		"fallback.":       sortedKeys(fallbackFields),
+		"overload.":       sortedKeys(overloadFields),
 	} {
 		for _, k := range keys {
 			if !nonNumeric[k] {

@@ -21,6 +21,12 @@ var (
 	// too many calls in flight and the queue full, or the rate exceeded.
 	ErrRateLimited = errors.New("resilience: rate limited")
 
+	// ErrOverloaded reports that the overload limiter refused the call:
+	// the attempts in flight to its upstream were at the limit measured,
+	// and no slot came free within the call's wait. The cause is an
+	// *OverloadError with the limit and latency.
+	ErrOverloaded = errors.New("resilience: upstream overloaded")
+
 	// ErrTotalTimeout reports that the whole call, retries, waits and
 	// reading the response body included, ran past Options.TotalTimeout.
 	// It is a net.Error whose Timeout method reports true, and

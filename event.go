@@ -29,6 +29,9 @@ const (
 	EventHedgeCapped                              // a hedge was not sent: the hedges of the window reached Hedging.MaxExtraLoad (once per call)
 	EventSharedRateFallback                       // the shared rate's store answers from its local share of the rate (Err says why)
 	EventSharedRateRecovered                      // the shared rate's store answers from the shared rate again
+	EventOverloadShed                             // the overload limiter refused a call, or shed a retry or hedge (Err is its *OverloadError)
+	EventOverloaded                               // the overload limiter began refusing calls to Host (once per change)
+	EventOverloadEnded                            // the overload limiter has refused nothing for a second
 )
 
 var eventKindNames = [...]string{
@@ -48,6 +51,9 @@ var eventKindNames = [...]string{
 	EventHedgeCapped:         "hedge_capped",
 	EventSharedRateFallback:  "shared_rate_fallback",
 	EventSharedRateRecovered: "shared_rate_recovered",
+	EventOverloadShed:        "overload_shed",
+	EventOverloaded:          "overloaded",
+	EventOverloadEnded:       "overload_ended",
 }
 
 func (k EventKind) String() string {
@@ -120,11 +126,11 @@ func (e Event) URL() string {
 // Options.LogLevels says otherwise.
 func (k EventKind) defaultLevel() slog.Level {
 	switch k {
-	case EventRetry, EventBudgetExceeded, EventFallback, EventSharedRateFallback:
+	case EventRetry, EventBudgetExceeded, EventFallback, EventSharedRateFallback, EventOverloaded:
 		return slog.LevelWarn
-	case EventCircuitClosed, EventCircuitHalfOpened, EventHedge, EventHedgeCapped, EventSharedRateRecovered:
+	case EventCircuitClosed, EventCircuitHalfOpened, EventHedge, EventHedgeCapped, EventSharedRateRecovered, EventOverloadEnded:
 		return slog.LevelInfo
-	case EventAttempt, EventCall:
+	case EventAttempt, EventCall, EventOverloadShed:
 		return slog.LevelDebug
 	}
 	return slog.LevelError

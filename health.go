@@ -9,7 +9,8 @@ import (
 // Health is a report of handlers' circuits, for a health endpoint.
 type Health struct {
 	// Status is "healthy" when every circuit is closed, and "degraded"
-	// when one is open, half-open or isolated: calls to that upstream fail
+	// when one is open, half-open or isolated, or an overload limiter
+	// refused a call within the last second: calls to that upstream fail
 	// fast, but the service itself is up, so a load balancer should keep it.
 	Status   string                   `json:"status"`
 	Handlers map[string]HandlerHealth `json:"handlers"`
@@ -20,6 +21,10 @@ type HandlerHealth struct {
 	Circuit string            `json:"circuit"`          // closed, half-open, open or isolated
 	Reason  string            `json:"reason,omitempty"` // why the circuit opened, while it is not closed
 	Hosts   map[string]string `json:"hosts,omitempty"`  // with PerHost, each host's circuit
+
+	// Overload is the overload limiter's state, by host with PerHost and
+	// under "" without; absent when Options.Overload is off.
+	Overload map[string]OverloadStats `json:"overload,omitempty"`
 }
 
 // CheckHealth reports the circuit state of each handler.
@@ -36,6 +41,12 @@ func CheckHealth(handlers ...*Handler) Health {
 			hh.Hosts = make(map[string]string, len(hosts))
 			for host, s := range hosts {
 				hh.Hosts[host] = s.String()
+			}
+		}
+		hh.Overload = h.OverloadStats()
+		for _, st := range hh.Overload {
+			if st.Overloaded {
+				report.Status = "degraded" // calls fail fast or are shed, as with an open circuit
 			}
 		}
 		report.Handlers[h.Name()] = hh

@@ -31,6 +31,7 @@ const (
 	outcomeWin                          // acceptable: the call is over
 	outcomeRejected                     // the circuit refused it; nothing was sent
 	outcomeAbandoned                    // cancelled: lost the race, the deadline, or the caller left
+	outcomeShed                         // the overload limiter refused it; nothing was sent
 )
 
 type hedgeOutcome struct {
@@ -226,6 +227,12 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 				if rt == nil {
 					c.emit(Event{Kind: EventCircuitRejected, Attempt: o.n, Err: o.err})
 				}
+			case outcomeShed:
+				c.attempts-- // never sent
+				if o.n == 1 {
+					c.settle(attempts, results, running, last, false)
+					return nil, c.overloadFailure(o.err)
+				}
 			case outcomeFailure:
 				if rt != nil {
 					rt.ended(o.ep, o.err) // an endpoint's own failure drops it from the call
@@ -296,6 +303,12 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 			return hedgeOutcome{n: n, kind: outcomeRejected, err: reason}
 		}
 	}
+	slot, err := c.takeSlot(ctx, s, n) // the first waits; a hedge only tries
+	if err != nil {
+		unsent()
+		s.releaseProbe(probe)
+		return hedgeOutcome{n: n, kind: outcomeShed, err: err}
+	}
 	var deadline *time.Timer
 	if d := c.attemptLimit; d > 0 {
 		deadline = time.AfterFunc(d, func() { cancel(ErrAttemptTimeout) })
@@ -318,6 +331,16 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 	var cutBy error // as the sequential path reports it: our deadlines, not the race
 	if cause == ErrAttemptTimeout || cause == ErrTotalTimeout {
 		cutBy = cause
+	}
+	if slot.l != nil {
+		o := c.overloadOutcome(resp, err, cutBy)
+		if cause != nil && cutBy == nil {
+			o = overloadDropped // the race's loser
+		}
+		if o == overloadLoss && requestFault(sent, err) != nil {
+			o = overloadDropped
+		}
+		slot.release(o, time.Since(slot.at))
 	}
 	c.attemptEnded(n, start, delay, resp, err, cutBy, t.ep)
 	if c.cfg.Hedging.DelayPercentile > 0 && (cause == nil || cause == ErrAttemptTimeout) {

@@ -42,17 +42,22 @@ type policies struct {
 	breaker  circuitbreaker.CircuitBreaker[any] // nil when disabled
 	bulkhead bulkhead.Bulkhead[any]             // nil when disabled
 	limiter  ratelimiter.RateLimiter[any]       // nil without a rate
+	overload *overloadLimiter                   // nil when Overload is off (overload.go)
 	rl       RateLimitOptions
+	ov       OverloadOptions
 	cb       breakerOptions
 }
 
 func newHostState(h *Handler, host string) *hostState {
 	s := &hostState{h: h, host: host}
 	cfg := h.cfg.Load()
-	p := &policies{rl: cfg.RateLimit, cb: breakerOptionsOf(cfg)}
+	p := &policies{rl: cfg.RateLimit, ov: cfg.Overload, cb: breakerOptionsOf(cfg)}
 	if rl := p.rl; !rl.Disabled {
 		p.bulkhead = bulkhead.New[any](uint(rl.MaxConcurrent))
 		p.limiter = newLimiter(rl)
+	}
+	if p.ov.Enabled {
+		p.overload = newOverloadLimiter(p.ov, time.Now)
 	}
 	p.breaker = s.newBreaker(p.cb)
 	s.policies.Store(p)

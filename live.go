@@ -119,10 +119,18 @@ func (h *Handler) commit(cfg *config) {
 // change. h.mu must be held.
 func (s *hostState) reconfigure(cfg *config) {
 	old := s.policies.Load()
-	p := &policies{breaker: old.breaker, bulkhead: old.bulkhead, limiter: old.limiter,
-		rl: cfg.RateLimit, cb: breakerOptionsOf(cfg)}
-	if sameRateOptions(p.rl, old.rl) && p.cb == old.cb {
+	p := &policies{breaker: old.breaker, bulkhead: old.bulkhead, limiter: old.limiter, overload: old.overload,
+		rl: cfg.RateLimit, ov: cfg.Overload, cb: breakerOptionsOf(cfg)}
+	if sameRateOptions(p.rl, old.rl) && p.cb == old.cb && p.ov == old.ov {
 		return // a host met after the update, or nothing of its own changed
+	}
+	if p.ov != old.ov {
+		// A new limiter learns afresh; the attempts holding the old one's
+		// slots give them back to it.
+		p.overload = nil
+		if p.ov.Enabled {
+			p.overload = newOverloadLimiter(p.ov, time.Now)
+		}
 	}
 	if p.rl.Disabled != old.rl.Disabled || p.rl.MaxConcurrent != old.rl.MaxConcurrent {
 		p.bulkhead = nil

@@ -21,7 +21,9 @@ import (
 //
 // but never a context's own error (context.Canceled or
 // context.DeadlineExceeded itself: the caller gave up), the total timeout
-// (ErrTotalTimeout), a TLS certificate or handshake failure, or a request
+// (ErrTotalTimeout), an overload limiter's refusal (ErrOverloaded: retrying
+// it adds load where there is too much), a TLS certificate or handshake
+// failure, or a request
 // the transport refused as malformed (unsupported scheme, missing host,
 // invalid method or header, a body shorter or longer than its
 // ContentLength): repeating those cannot help. (With Hedging.Endpoints, a
@@ -56,7 +58,7 @@ func transientError(err error) bool {
 	switch {
 	case errors.Is(err, ErrAttemptTimeout):
 		return true
-	case errors.Is(err, ErrTotalTimeout), isContextError(err), isTLSFailure(err), isRequestError(err):
+	case errors.Is(err, ErrTotalTimeout), errors.Is(err, ErrOverloaded), isContextError(err), isTLSFailure(err), isRequestError(err):
 		return false
 	}
 	return true

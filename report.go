@@ -35,6 +35,11 @@ type Report struct {
 	// call ended with ErrCircuitOpen, or, with hedging, a hedge was not sent.
 	CircuitRejected bool
 
+	// Shed reports that the overload limiter refused the call (it ended
+	// with ErrOverloaded) or shed a retry or hedge (it ended on the outcome
+	// before).
+	Shed bool
+
 	// Endpoint is the authority (scheme://host[:port]) of the last hop's
 	// attempts; with Hedging.Endpoints, that of the endpoint whose outcome
 	// the call returned (or of the last attempt sent).
@@ -60,5 +65,7 @@ func (r *Report) note(e Event) {
 		r.BudgetRefused = true
 	case EventCircuitRejected:
 		r.CircuitRejected = true
+	case EventOverloadShed:
+		r.Shed = true
 	}
 }

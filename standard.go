@@ -114,7 +114,9 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 	if rt != nil {
 		defer c.routeEnded(rt)
 	}
-	var waited time.Duration // before attempt n
+	var waited time.Duration    // before attempt n
+	var prevResp *http.Response // the outcome before attempt n, for a retry the overload limiter sheds
+	var prevErr error
 	for n := 1; ; n++ {
 		if n > 1 {
 			now = time.Now()
@@ -123,6 +125,12 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		if final {
 			if n > 1 && c.budget() != nil {
 				c.budget().release() // never judged: its claim says nothing
+			}
+			if se, ok := err.(*shedError); ok {
+				if prevResp == nil && prevErr == nil {
+					return nil, c.errorf(nil, se.OverloadError, "") // the response before was too long to keep
+				}
+				return c.result(prevResp, prevErr)
 			}
 			return nil, err // rejected, total timeout, cancelled, the request's own failure
 		}
@@ -159,6 +167,7 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		if resp != nil {
 			kept = c.discard(resp)
 		}
+		prevResp, prevErr = kept, err
 		sleptAt := time.Now()
 		left := c.sleepUntil(wakeAt)
 		if c.wantsReport() {
@@ -310,16 +319,30 @@ func (c *call) attempt(now time.Time, waited time.Duration, rt *route) (resp *ht
 	} else if probe, err = s.admit(); err != nil {
 		return nil, c.rejected(err), true
 	}
+	slot, err := c.takeSlot(c.req.Context(), s, c.attempts+1)
+	if err != nil {
+		s.releaseProbe(probe) // nothing was sent
+		var oe *OverloadError
+		if c.attempts > 0 && errors.As(err, &oe) {
+			return nil, &shedError{oe}, true // a retry shed: the call ends on the outcome before
+		}
+		return nil, c.overloadFailure(err), true
+	}
+	if slot.l != nil {
+		now = slot.at // the attempt's deadline runs from the end of its wait for a slot
+	}
 	if !c.prepared {
 		// Only now, once the call will be sent, is the body read ahead.
 		c.prepared = true
 		if err := c.body.prepare(c.req, c.repeatable, c.cfg.MaxBufferedBody); err != nil {
+			slot.release(overloadDropped, 0)
 			s.releaseProbe(probe) // the request's own failure
 			return nil, c.errorf(nil, err, ""), true
 		}
 	}
 	body, getBody, err := c.body.next()
 	if err != nil {
+		slot.release(overloadDropped, 0)
 		s.releaseProbe(probe)
 		return nil, c.errorf(nil, err, ""), true
 	}
@@ -335,6 +358,13 @@ func (c *call) attempt(now time.Time, waited time.Duration, rt *route) (resp *ht
 	resp, err = c.base.RoundTrip(r)
 	c.attemptAnswered(sentAt, resp)
 	fired := c.headers()
+	if slot.l != nil {
+		o := c.overloadOutcome(resp, err, fired)
+		if o == overloadLoss && requestFault(sent, err) != nil {
+			o = overloadDropped
+		}
+		slot.release(o, time.Since(slot.at))
+	}
 	c.attemptEnded(c.attempts, now, waited, resp, err, fired, ep)
 
 	switch {

@@ -129,6 +129,8 @@ var dnhVariants = []dnhVariant{
 		o.Fallback.Enabled = true
 		o.Fallback.OnTransient = true
 	}},
+	// the defaults plus issue 19's overload limiter (bench/overload_peers_test.go)
+	{"resilience, overload", func(o *resilience.Options) { *o = withOverload(*o) }},
 }
 
 // dnhOptions are the standard handler's defaults with time scaled as the

@@ -26,6 +26,21 @@ func BenchmarkOverhead(b *testing.B) {
 			}
 		})
 	}
+	// the standard handler with issue 19's overload limiter on (its cost
+	// when on; "resilience" above is its cost when off)
+	b.Run("peer=resilience+overload", func(b *testing.B) {
+		c := mustClient(b, peer{"resilience", newResilience}, memBase{}, resilience.Options{Overload: resilience.OverloadOptions{Enabled: true}})
+		req, err := http.NewRequest(http.MethodGet, "http://upstream.invalid/items", nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := do(c, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // BenchmarkOverheadParallel is BenchmarkOverhead from GOMAXPROCS goroutines

@@ -63,10 +63,23 @@ var ovlClients = []ovlClient{
 		return ovlHandler(newSREThrottle(base, sreK, sreWindow, seed))
 	}},
 
-	// ---- slot: issue 19's adaptive limiter goes here, e.g.
-	// {"resilience, adaptive limit", "the handler with issue 19's limiter", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
-	//	o := dnhOptions(); o.<limiter options>; t, err := resilience.NewTransport(base, o) ...
-	// }},
+	// issue 19's limiter: the handler's defaults with Overload on (its
+	// defaults, MaxQueueWait scaled as TotalTimeout is)
+	{"resilience+overload", "the handler's defaults with Overload enabled (issue 19's limiter; MaxQueueWait scaled to 67ms)", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
+		t, err := resilience.NewTransport(base, withOverload(dnhOptions()))
+		if err != nil {
+			return nil, err
+		}
+		return &http.Client{Transport: t}, nil
+	}},
+}
+
+// withOverload turns issue 19's limiter on in o, its defaults scaled as the
+// faults experiment scales time: MaxQueueWait by TotalTimeout's factor.
+func withOverload(o resilience.Options) resilience.Options {
+	o.Overload.Enabled = true
+	o.Overload.MaxQueueWait = resilience.DefaultOverloadMaxQueueWait / 15
+	return o
 }
 
 func faultPeerByName(name string) faultPeer {

@@ -48,6 +48,7 @@ const (
 	errTotalTimeout     = "total_timeout"
 	errCircuitOpen      = "circuit_open"
 	errRateLimited      = "rate_limited"
+	errOverloaded       = "overloaded"
 	errBudgetExhausted  = "budget_exhausted"
 	errCanceled         = "canceled"
 	errDeadlineExceeded = "deadline_exceeded"
@@ -239,7 +240,7 @@ func outcome(k setKey, call bool) string {
 		return outcomeTimeout
 	case errCanceled:
 		return outcomeCanceled
-	case errCircuitOpen, errRateLimited:
+	case errCircuitOpen, errRateLimited, errOverloaded:
 		if call {
 			return outcomeRejected
 		}
@@ -262,6 +263,8 @@ func errorType(err error) string {
 		return errCircuitOpen
 	case errors.Is(err, resilience.ErrRateLimited):
 		return errRateLimited
+	case errors.Is(err, resilience.ErrOverloaded):
+		return errOverloaded
 	case errors.Is(err, resilience.ErrBudgetExhausted):
 		return errBudgetExhausted
 	case errors.Is(err, resilience.ErrTotalTimeout):

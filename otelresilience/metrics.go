@@ -44,6 +44,11 @@
 //     (with PerHost, the least healthy host's state), and, for a handler
 //     with PerHost, one more point per host it keeps, with the host
 //     attributes too.
+//   - resilience.overload.limit (Int64ObservableGauge, unit {attempt}):
+//     for every handler passed to Observe whose Options.Overload is on,
+//     the attempts in flight its overload limiter allows now: one point
+//     with resilience.handler alone, or with PerHost one per host, with
+//     the host attributes (none when WithHostAttributes is off).
 //
 // # Attributes
 //
@@ -56,7 +61,8 @@
 //     "attempt_timeout" and "total_timeout" (the handler's own timeouts,
 //     resilience.ErrAttemptTimeout and resilience.ErrTotalTimeout),
 //     "circuit_open" (resilience.ErrCircuitOpen), "rate_limited"
-//     (resilience.ErrRateLimited), "budget_exhausted" (on budget_exceeded
+//     (resilience.ErrRateLimited), "overloaded" (resilience.ErrOverloaded),
+//     "budget_exhausted" (on budget_exceeded
 //     events, resilience.ErrBudgetExhausted), "canceled" (context.Canceled: the caller
 //     gave up), "deadline_exceeded" (the caller's own deadline), "timeout"
 //     (any other error whose Timeout method reports true, such as a dial
@@ -128,6 +134,7 @@ type Metrics struct {
 	attempts metric.Float64Histogram
 	calls    metric.Float64Histogram
 	state    metric.Int64ObservableGauge
+	limit    metric.Int64ObservableGauge // the overload limiter's limit
 
 	eventSets   setCache
 	attemptSets setCache
@@ -180,7 +187,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	if cfg.tp != nil {
 		m.tracer = cfg.tp.Tracer(ScopeName)
 	}
-	var errs [4]error
+	var errs [5]error
 	m.events, errs[0] = meter.Int64Counter("resilience.events",
 		metric.WithUnit("{event}"),
 		metric.WithDescription("Events of resilience handlers: retries, timeouts, circuit transitions and rejections."))
@@ -195,10 +202,13 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	m.state, errs[3] = meter.Int64ObservableGauge("resilience.circuit.state",
 		metric.WithUnit("{state}"),
 		metric.WithDescription("Circuit state of a resilience handler: 0 closed, 1 half-open, 2 open, 3 isolated."))
+	m.limit, errs[4] = meter.Int64ObservableGauge("resilience.overload.limit",
+		metric.WithUnit("{attempt}"),
+		metric.WithDescription("Attempts in flight the overload limiter of a resilience handler allows its upstream now."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("otelresilience: creating instruments: %w", err)
 	}
-	reg, err := meter.RegisterCallback(m.observe, m.state)
+	reg, err := meter.RegisterCallback(m.observe, m.state, m.limit)
 	if err != nil {
 		return nil, fmt.Errorf("otelresilience: registering the circuit state callback: %w", err)
 	}
@@ -349,6 +359,15 @@ func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
 		}
 		for host, s := range h.HostCircuitStates() {
 			o.ObserveInt64(m.state, int64(s), m.stateSets.get(setKey{handler: name, host: host}, stateSet).observe...)
+		}
+	}
+	for _, h := range hs {
+		name := h.Name()
+		for host, st := range h.OverloadStats() { // nil when the limiter is off
+			if host != "" && !m.hosts {
+				continue
+			}
+			o.ObserveInt64(m.limit, int64(st.Limit), m.stateSets.get(setKey{handler: name, host: host}, stateSet).observe...)
 		}
 	}
 	return nil

@@ -20,6 +20,7 @@ import (
 
 	"github.com/resilienthttp/resilience"
 	"github.com/resilienthttp/resilience/otelresilience"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // breaker opens after two attempts of which at least one failed, and stays
@@ -563,4 +564,24 @@ func TestEndpointsAndCappedHedges(t *testing.T) {
 		}
 	}
 	assert.EqualValues(t, 1, capped)
+}
+
+// The overload limiter's limit is a gauge per handler whose limiter is on.
+func TestOverloadLimitGauge(t *testing.T) {
+	r := newRig(t)
+	on, err := resilience.NewHandler(resilience.Options{Name: "on",
+		Overload: resilience.OverloadOptions{Enabled: true, MinLimit: 3, InitialLimit: 5}})
+	require.NoError(t, err)
+	off, err := resilience.NewHandler(resilience.Options{Name: "off"})
+	require.NoError(t, err)
+	require.NoError(t, r.m.Observe(on, off))
+	m, ok := r.collect(t)["resilience.overload.limit"]
+	require.True(t, ok)
+	g, ok := m.Data.(metricdata.Gauge[int64])
+	require.True(t, ok)
+	var ps []point
+	for _, dp := range g.DataPoints {
+		ps = append(ps, point{attrsOf(dp.Attributes), dp.Value})
+	}
+	assert.Equal(t, []point{{attrs{"resilience.handler": "on"}, 5}}, ps)
 }

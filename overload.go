@@ -1,0 +1,380 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
+)
+
+// The overload limiter (issue 19) bounds the attempts in flight to one
+// upstream (per host with PerHost). An attempt holds a slot from the moment
+// it is sent until its response headers arrive or it fails; reading the
+// body holds none. Two limits apply, and an attempt needs room under both:
+//
+//   - the latency limit, failsafe-go's adaptivelimiter: the p90 of recent
+//     times to headers against a baseline, with the correlation of
+//     throughput and latency with concurrency deciding whether a slower
+//     upstream is a fuller one. Measured alone in the overload experiment
+//     (bench/results/overload-3seeds.md) it served 99% of the physical limit
+//     when the service slowed 2.5x and 97% when capacity halved, with no
+//     time wasted on callers gone; but with its defaults (initial limit 20,
+//     no queue) it lost 480 of a healthy burst of 500 calls. Here it starts
+//     at Options.Overload.InitialLimit, never falls under MinLimit, and
+//     calls over the limit wait in this file's FIFO queue rather than fail:
+//     the burst drains through the queue.
+//   - the loss cap, this file's AIMD: a fast 503 or 429 looks healthy to a
+//     latency limit, yet an upstream whose shedding costs it work needs
+//     fewer attempts, not more. An attempt timeout, a 503, a 429 or a refused
+//     connection cuts the cap to lossFactor of the attempts in flight
+//     (at most once per lossWindow, never under MinLimit); each success
+//     adds 1/cap, as TCP's congestion window grows by one per round trip;
+//     once the cap is back over MaxLimit it is lifted. failsafe-go's
+//     limiter has no hook for loss, hence this one beside it.
+//
+// First attempts of new calls wait for a slot in the queue, bounded by
+// MaxQueue, MaxQueueWait and the call's deadline; retries and hedges only
+// try, so that they are shed first.
+type overloadLimiter struct {
+	latency adaptivelimiter.AdaptiveLimiter[any]
+	opts    OverloadOptions
+	now     func() time.Time // time.Now; a test's clock
+
+	mu        sync.Mutex
+	inflight  int
+	peak      int     // most attempts in flight since the last cut
+	lossCap   float64 // +Inf while no loss holds it
+	lastCut   time.Time
+	srtt      time.Duration // smoothed time to headers of successful attempts
+	waiters   []*overloadWaiter
+	refusedAt time.Time // the last refusal
+	state     bool      // overloaded, as last reported
+	refused   uint64    // refusals so far
+}
+
+// The loss cap's constants. lossWindow is the least time between two cuts
+// (the cap cuts once per round trip of its own, as TCP does, and not more
+// often than this); quiet is how long without a refusal ends the overloaded
+// state.
+const (
+	lossFactor = 0.9
+	lossWindow = 20 * time.Millisecond
+	quietAfter = time.Second
+)
+
+type overloadWaiter struct {
+	ready   chan struct{}
+	granted bool // under mu
+}
+
+func newOverloadLimiter(o OverloadOptions, now func() time.Time) *overloadLimiter {
+	lat := adaptivelimiter.NewBuilder[any]().
+		WithLimits(uint(o.MinLimit), uint(o.MaxLimit), uint(o.InitialLimit)).
+		Build()
+	return &overloadLimiter{latency: lat, opts: o, now: now, lossCap: math.Inf(1)}
+}
+
+// limitLocked is the number of attempts allowed in flight now.
+func (l *overloadLimiter) limitLocked() int {
+	lim := l.latency.Limit()
+	if l.lossCap < float64(lim) {
+		lim = int(l.lossCap)
+	}
+	return max(lim, l.opts.MinLimit)
+}
+
+// An overloadSlot is an attempt's hold on the limiter; the zero value holds
+// nothing.
+type overloadSlot struct {
+	l      *overloadLimiter
+	permit adaptivelimiter.Permit // nil when the latency limiter was full (a race with its own limit)
+	at     time.Time
+}
+
+// overloadOutcome is what an attempt's end tells the limiter.
+type overloadOutcome int
+
+const (
+	overloadAnswered overloadOutcome = iota // response headers: a latency sample
+	overloadLoss                            // 503, 429, refused connection: the cap shrinks; no latency sample
+	overloadTimeout                         // the attempt timed out: the cap shrinks, and its duration is the sample
+	overloadDropped                         // the caller or the call gave up, or the request failed: says nothing
+)
+
+// acquire takes a slot. A first attempt (wait > 0) waits in the queue up to
+// wait, or until ctx ends; otherwise, or with the queue full, it is refused
+// at once. A refusal returns a non-nil error: ctx's, or an *OverloadError
+// without its handler's name.
+func (l *overloadLimiter) acquire(ctx context.Context, wait time.Duration) (overloadSlot, error) {
+	l.mu.Lock()
+	if len(l.waiters) == 0 && l.inflight < l.limitLocked() {
+		l.takeLocked()
+		l.mu.Unlock()
+		return l.slot(), nil
+	}
+	if wait <= 0 || len(l.waiters) >= l.opts.MaxQueue {
+		err := l.refuseLocked(0)
+		l.mu.Unlock()
+		return overloadSlot{}, err
+	}
+	w := &overloadWaiter{ready: make(chan struct{})}
+	l.waiters = append(l.waiters, w)
+	l.mu.Unlock()
+
+	start := time.Now()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	var cause error
+	select {
+	case <-w.ready:
+		return l.slot(), nil
+	case <-timer.C:
+	case <-ctx.Done():
+		cause = ctx.Err()
+	}
+	l.mu.Lock()
+	if w.granted { // granted as the wait ended: give the slot back if the caller left
+		l.mu.Unlock()
+		s := l.slot()
+		if cause == nil {
+			return s, nil
+		}
+		s.release(overloadDropped, 0)
+		return overloadSlot{}, cause
+	}
+	for i, x := range l.waiters {
+		if x == w {
+			l.waiters = append(l.waiters[:i], l.waiters[i+1:]...)
+			break
+		}
+	}
+	if cause != nil {
+		l.mu.Unlock()
+		return overloadSlot{}, cause
+	}
+	err := l.refuseLocked(time.Since(start))
+	l.mu.Unlock()
+	return overloadSlot{}, err
+}
+
+func (l *overloadLimiter) takeLocked() {
+	l.inflight++
+	l.peak = max(l.peak, l.inflight)
+}
+
+func (l *overloadLimiter) slot() overloadSlot {
+	p, _ := l.latency.TryAcquirePermit()
+	return overloadSlot{l: l, permit: p, at: time.Now()}
+}
+
+func (l *overloadLimiter) refuseLocked(waited time.Duration) *OverloadError {
+	l.refused++
+	l.refusedAt = l.now()
+	return &OverloadError{Limit: l.limitLocked(), InFlight: l.inflight, Latency: l.srtt, Waited: waited}
+}
+
+// release ends s's hold with the attempt's outcome; rtt is its time to
+// headers (or to its timeout).
+func (s overloadSlot) release(o overloadOutcome, rtt time.Duration) {
+	l := s.l
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	l.signalLocked(o, rtt)
+	l.inflight--
+	l.grantLocked()
+	l.mu.Unlock()
+	if p := s.permit; p != nil {
+		if o == overloadAnswered || o == overloadTimeout {
+			p.Record()
+		} else {
+			p.Drop()
+		}
+	}
+}
+
+// signalLocked applies an outcome to the loss cap and the smoothed latency.
+func (l *overloadLimiter) signalLocked(o overloadOutcome, rtt time.Duration) {
+	switch o {
+	case overloadAnswered:
+		if l.srtt == 0 {
+			l.srtt = rtt
+		} else {
+			l.srtt += (rtt - l.srtt) / 8
+		}
+		if !math.IsInf(l.lossCap, 1) {
+			l.lossCap += 1 / l.lossCap
+			if l.lossCap > float64(l.opts.MaxLimit) {
+				l.lossCap = math.Inf(1)
+			}
+		}
+	case overloadLoss, overloadTimeout:
+		// The slot this attempt frees is not handed on: a fast 503 would
+		// otherwise free it for the next attempt into the same full upstream.
+		l.lossCap = max(min(l.lossCap, float64(l.inflight-1)), float64(l.opts.MinLimit))
+		now := l.now()
+		if now.Sub(l.lastCut) < max(lossWindow, l.srtt) {
+			return
+		}
+		l.lastCut = now
+		c := min(l.lossCap, float64(l.peak)) * lossFactor
+		l.lossCap = max(c, float64(l.opts.MinLimit))
+		l.peak = l.inflight - 1 // those that stay in flight
+	}
+}
+
+// grantLocked hands free slots to the waiters, first come first served.
+func (l *overloadLimiter) grantLocked() {
+	for len(l.waiters) > 0 && l.inflight < l.limitLocked() {
+		w := l.waiters[0]
+		l.waiters[0] = nil
+		l.waiters = l.waiters[1:]
+		w.granted = true
+		l.takeLocked()
+		close(w.ready)
+	}
+}
+
+// overloaded reports whether the limiter is refusing calls now: it refused
+// one within the last second, and reports whether that is a change from
+// what it reported last.
+func (l *overloadLimiter) overloaded() (now, changed bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now = !l.refusedAt.IsZero() && l.now().Sub(l.refusedAt) < quietAfter
+	changed = now != l.state
+	l.state = now
+	return now, changed
+}
+
+// OverloadStats is a snapshot of one upstream's overload limiter.
+type OverloadStats struct {
+	Limit      int           `json:"limit"`      // attempts allowed in flight
+	InFlight   int           `json:"inFlight"`   // attempts in flight
+	Queued     int           `json:"queued"`     // first attempts waiting for a slot
+	Latency    time.Duration `json:"latency"`    // smoothed time to headers of successful attempts
+	Refused    uint64        `json:"refused"`    // calls refused and retries or hedges shed, so far
+	Overloaded bool          `json:"overloaded"` // it refused one within the last second
+}
+
+func (l *overloadLimiter) stats() OverloadStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return OverloadStats{Limit: l.limitLocked(), InFlight: l.inflight, Queued: len(l.waiters), Latency: l.srtt, Refused: l.refused,
+		Overloaded: !l.refusedAt.IsZero() && l.now().Sub(l.refusedAt) < quietAfter}
+}
+
+// OverloadStats returns a snapshot of the overload limiter of each upstream
+// the handler keeps state for, by host with PerHost and under "" without;
+// nil when Options.Overload is off.
+func (h *Handler) OverloadStats() map[string]OverloadStats {
+	states := []*hostState{h.shared}
+	if h.hosts != nil {
+		states = h.hosts.all()
+	}
+	var out map[string]OverloadStats
+	for _, s := range states {
+		if l := s.policies.Load().overload; l != nil {
+			if out == nil {
+				out = make(map[string]OverloadStats, len(states))
+			}
+			out[s.host] = l.stats()
+		}
+	}
+	return out
+}
+
+// OverloadError is why the overload limiter refused a call: the attempts in
+// flight to its upstream were at the limit it measured, and the call could
+// not wait for a slot (the queue was full, or the wait would have gone past
+// MaxQueueWait or the call's deadline). errors.Is(err, ErrOverloaded) holds.
+// It comes wrapped in the handler's error, which names the handler.
+type OverloadError struct {
+	Limit    int           // attempts allowed in flight when it refused
+	InFlight int           // attempts in flight then
+	Latency  time.Duration // the smoothed time to headers of successful attempts
+	Waited   time.Duration // how long the call waited for a slot
+}
+
+func (e *OverloadError) Error() string {
+	return fmt.Sprintf("resilience: upstream overloaded: %d attempts in flight, limit %d, latency %v, waited %v",
+		e.InFlight, e.Limit, e.Latency.Round(time.Microsecond), e.Waited.Round(time.Microsecond))
+}
+
+// Is reports whether target is ErrOverloaded.
+func (e *OverloadError) Is(target error) bool { return target == ErrOverloaded }
+
+// takeSlot takes a slot of s's overload limiter for the call's attempt n,
+// if the limiter is on: a first attempt waits for one, at most MaxQueueWait
+// and never past the call's deadline; a retry or hedge only tries. ctx is
+// the attempt's. A refusal is reported (EventOverloadShed) and returned:
+// an *OverloadError, or ctx's error if the caller left while waiting.
+func (c *call) takeSlot(ctx context.Context, s *hostState, n int) (overloadSlot, error) {
+	l := s.policies.Load().overload
+	if l == nil {
+		return overloadSlot{}, nil
+	}
+	var wait time.Duration
+	if n == 1 {
+		wait = l.opts.MaxQueueWait
+		if d := c.deadline(); !d.IsZero() {
+			wait = min(wait, time.Until(d))
+		}
+	}
+	slot, err := l.acquire(ctx, wait)
+	var oe *OverloadError
+	if errors.As(err, &oe) {
+		c.emit(Event{Kind: EventOverloadShed, Host: s.host, Attempt: n, Err: oe})
+	}
+	if now, changed := l.overloaded(); changed {
+		kind := EventOverloadEnded
+		if now {
+			kind = EventOverloaded
+		}
+		e := Event{Kind: kind, Host: s.host}
+		if oe != nil {
+			e.Err = oe
+		}
+		c.h.emit(e)
+	}
+	return slot, err
+}
+
+// overloadOutcome is what an attempt that ended with resp and err (fired: the
+// deadline that cut it, if any) tells the overload limiter.
+func (c *call) overloadOutcome(resp *http.Response, err, fired error) overloadOutcome {
+	switch {
+	case fired == ErrAttemptTimeout:
+		return overloadTimeout
+	case fired != nil || c.callerLeft() != nil:
+		return overloadDropped
+	case err != nil:
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return overloadLoss
+		}
+		return overloadDropped
+	case resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests:
+		return overloadLoss
+	}
+	return overloadAnswered
+}
+
+// A shedError says that the overload limiter shed a retry: the call ends on
+// the outcome before it.
+type shedError struct{ *OverloadError }
+
+// overloadFailure is the error of a call whose first attempt the limiter
+// refused.
+func (c *call) overloadFailure(err error) error {
+	if errors.Is(err, ErrOverloaded) {
+		return c.errorf(nil, err, "")
+	}
+	return c.errorf(nil, err, "waiting for a slot")
+}

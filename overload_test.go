@@ -1,0 +1,217 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// testClock is an injected clock for the limiter's arithmetic.
+type testClock struct{ t time.Time }
+
+func (c *testClock) now() time.Time          { return c.t }
+func (c *testClock) advance(d time.Duration) { c.t = c.t.Add(d) }
+func newTestClock() *testClock               { return &testClock{t: time.Unix(1_000_000, 0)} }
+func testOverloadOptions(min, initial int) OverloadOptions {
+	return OverloadOptions{Enabled: true, MinLimit: min, MaxLimit: 100, InitialLimit: initial, MaxQueue: 2, MaxQueueWait: time.Second}
+}
+
+func TestOverloadLimiterTriesUpToTheLimit(t *testing.T) {
+	l := newOverloadLimiter(testOverloadOptions(1, 3), time.Now)
+	var slots []overloadSlot
+	for range 3 {
+		s, err := l.acquire(context.Background(), 0)
+		require.NoError(t, err)
+		slots = append(slots, s)
+	}
+	_, err := l.acquire(context.Background(), 0)
+	require.ErrorIs(t, err, ErrOverloaded)
+	var oe *OverloadError
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, 3, oe.Limit)
+	assert.Equal(t, 3, oe.InFlight)
+	assert.Contains(t, err.Error(), "limit 3")
+
+	slots[0].release(overloadAnswered, time.Millisecond)
+	s, err := l.acquire(context.Background(), 0)
+	require.NoError(t, err, "a released slot is free again")
+	s.release(overloadDropped, 0)
+	for _, s := range slots[1:] {
+		s.release(overloadDropped, 0)
+	}
+	st := l.stats()
+	assert.Equal(t, 0, st.InFlight)
+	assert.Equal(t, uint64(1), st.Refused)
+	assert.Equal(t, time.Millisecond, st.Latency)
+	overloadSlot{}.release(overloadAnswered, 0) // the zero slot holds nothing
+}
+
+func TestOverloadLimiterQueuesFirstAttemptsInOrder(t *testing.T) {
+	l := newOverloadLimiter(testOverloadOptions(1, 1), time.Now)
+	held, err := l.acquire(context.Background(), 0)
+	require.NoError(t, err)
+
+	got := make(chan int, 2)
+	slots := make(chan overloadSlot, 2)
+	for i := range 2 {
+		go func() {
+			s, err := l.acquire(context.Background(), time.Minute)
+			if err == nil {
+				got <- i
+				slots <- s
+			}
+		}()
+		require.Eventually(t, func() bool { return l.stats().Queued == i+1 }, time.Second, time.Millisecond)
+	}
+	_, err = l.acquire(context.Background(), time.Minute)
+	require.ErrorIs(t, err, ErrOverloaded, "the queue holds MaxQueue")
+
+	held.release(overloadAnswered, time.Millisecond)
+	assert.Equal(t, 0, <-got, "first come, first served")
+	(<-slots).release(overloadAnswered, time.Millisecond)
+	assert.Equal(t, 1, <-got)
+	(<-slots).release(overloadAnswered, time.Millisecond)
+	assert.Equal(t, 0, l.stats().InFlight)
+}
+
+func TestOverloadLimiterWaitEnds(t *testing.T) {
+	l := newOverloadLimiter(testOverloadOptions(1, 1), time.Now)
+	held, err := l.acquire(context.Background(), 0)
+	require.NoError(t, err)
+	defer held.release(overloadDropped, 0)
+
+	_, err = l.acquire(context.Background(), time.Millisecond)
+	var oe *OverloadError
+	require.ErrorAs(t, err, &oe)
+	assert.Positive(t, oe.Waited)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = l.acquire(ctx, time.Minute)
+	assert.ErrorIs(t, err, context.Canceled, "the caller left: its reason, not overload")
+	assert.False(t, errors.Is(err, ErrOverloaded))
+	assert.Equal(t, 0, l.stats().Queued)
+}
+
+// The loss cap: cut to lossFactor of the peak in flight, at most once per
+// window, never under MinLimit; +1/cap per success, lifted over MaxLimit.
+func TestOverloadLossCapArithmetic(t *testing.T) {
+	clock := newTestClock()
+	l := newOverloadLimiter(testOverloadOptions(2, 20), clock.now)
+	var slots []overloadSlot
+	for range 10 {
+		s, err := l.acquire(context.Background(), 0)
+		require.NoError(t, err)
+		slots = append(slots, s)
+	}
+	assert.True(t, math.IsInf(l.lossCap, 1), "no loss, no cap")
+
+	slots[0].release(overloadLoss, 0)
+	assert.InDelta(t, 9*0.9, l.lossCap, 1e-9, "held at the 9 left in flight, then 0.9 of that: relative to what was in flight, not to the initial limit")
+	assert.Equal(t, 8, l.stats().Limit)
+	slots[1].release(overloadTimeout, 200*time.Millisecond)
+	assert.InDelta(t, 8, l.lossCap, 1e-9, "held at the 8 left; no cut within the window")
+
+	clock.advance(lossWindow)
+	slots[2].release(overloadLoss, 0)
+	assert.InDelta(t, 7*0.9, l.lossCap, 1e-9, "held at 7, cut once the window passed")
+	for _, s := range slots[3:] {
+		s.release(overloadDropped, 0)
+	}
+	for range 30 {
+		clock.advance(lossWindow)
+		s, err := l.acquire(context.Background(), 0)
+		require.NoError(t, err)
+		s.release(overloadLoss, 0)
+	}
+	assert.InDelta(t, 2, l.lossCap, 1e-9, "never under MinLimit")
+
+	s, err := l.acquire(context.Background(), 0)
+	require.NoError(t, err)
+	s.release(overloadAnswered, time.Millisecond)
+	assert.InDelta(t, 2.5, l.lossCap, 1e-9, "+1/cap per success")
+	for l.lossCap < 100 {
+		s, _ := l.acquire(context.Background(), 0)
+		s.release(overloadAnswered, time.Millisecond)
+	}
+	assert.True(t, math.IsInf(l.lossCap, 1), "lifted once over MaxLimit")
+
+	before := l.lossCap
+	clock.advance(lossWindow)
+	s, _ = l.acquire(context.Background(), 0)
+	s.release(overloadDropped, 0)
+	assert.Equal(t, before, l.lossCap, "a dropped attempt says nothing")
+}
+
+func TestOverloadStateChangesOnce(t *testing.T) {
+	clock := newTestClock()
+	l := newOverloadLimiter(testOverloadOptions(1, 1), clock.now)
+	now, changed := l.overloaded()
+	assert.False(t, now)
+	assert.False(t, changed)
+
+	held, _ := l.acquire(context.Background(), 0)
+	for range 3 {
+		_, err := l.acquire(context.Background(), 0)
+		require.ErrorIs(t, err, ErrOverloaded)
+	}
+	now, changed = l.overloaded()
+	assert.True(t, now)
+	assert.True(t, changed)
+	now, changed = l.overloaded()
+	assert.True(t, now)
+	assert.False(t, changed, "one change, however many refusals")
+
+	held.release(overloadAnswered, time.Millisecond)
+	clock.advance(quietAfter)
+	now, changed = l.overloaded()
+	assert.False(t, now)
+	assert.True(t, changed)
+}
+
+func TestOverloadOptionsDefaultsAndValidation(t *testing.T) {
+	cfg, err := resolve(Options{Overload: OverloadOptions{Enabled: true}})
+	require.NoError(t, err)
+	assert.Equal(t, OverloadOptions{Enabled: true, MinLimit: DefaultOverloadMinLimit, MaxLimit: DefaultOverloadMaxLimit,
+		InitialLimit: DefaultOverloadInitialLimit, MaxQueue: DefaultOverloadMaxQueue, MaxQueueWait: DefaultOverloadMaxQueueWait}, cfg.Overload)
+
+	cfg, err = resolve(Options{})
+	require.NoError(t, err)
+	assert.Equal(t, OverloadOptions{}, cfg.Overload, "off by default, and nothing filled in")
+
+	for _, tc := range []struct {
+		o    OverloadOptions
+		want string
+	}{
+		{OverloadOptions{MinLimit: -1}, `invalid option Overload.MinLimit (-1): must not be negative`},
+		{OverloadOptions{MaxQueueWait: -time.Second}, `invalid option Overload.MaxQueueWait (-1s): must not be negative`},
+		{OverloadOptions{MinLimit: 50, MaxLimit: 10}, `invalid option Overload.MinLimit (50): must not exceed MaxLimit (10)`},
+		{OverloadOptions{InitialLimit: 5000}, `invalid option Overload.InitialLimit (5000): must be between MinLimit (8) and MaxLimit (1000)`},
+	} {
+		tc.o.Enabled = true
+		_, err := NewHandler(Options{Name: "x", Overload: tc.o})
+		assert.EqualError(t, err, `resilience: handler "x": `+tc.want)
+	}
+}
+
+func TestOverloadConfig(t *testing.T) {
+	cfg, err := LoadConfig(strings.NewReader(`{
+	  "defaults": {"overload": {"enabled": true, "maxQueueWait": "250ms"}},
+	  "upstreams": {"pricing": {"overload": {"minLimit": 4, "maxLimit": 64, "initialLimit": 16, "maxQueue": 100}}, "search": {"overload": {"enabled": false}}}
+	}`))
+	require.NoError(t, err)
+	assert.Equal(t, OverloadOptions{Enabled: true, MinLimit: 4, MaxLimit: 64, InitialLimit: 16, MaxQueue: 100, MaxQueueWait: 250 * time.Millisecond},
+		cfg.Upstreams["pricing"].Overload)
+	assert.False(t, cfg.Upstreams["search"].Overload.Enabled)
+
+	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"pricing": {"overload": {"enabled": true, "minLimit": -3}}}}`))
+	assert.ErrorContains(t, err, `upstreams.pricing.overload.minLimit (-3): must not be negative`)
+	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"pricing": {"overload": {"maxQueue": 0}}}}`))
+	assert.ErrorContains(t, err, `upstreams.pricing.overload.maxQueue: 0 is not allowed here; omit the field for the default (1000)`)
+}

@@ -1,0 +1,245 @@
+package resilience
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// overloadTestOptions limit the attempts in flight to limit, and never more.
+func overloadTestOptions(limit int) Options {
+	return Options{
+		Name:     "ovl",
+		Retry:    quickRetry(),
+		Overload: OverloadOptions{Enabled: true, MinLimit: limit, MaxLimit: limit, InitialLimit: limit, MaxQueue: 10, MaxQueueWait: time.Minute},
+	}
+}
+
+// A burst over the limit waits in the queue and is served, not failed.
+func TestOverloadQueuesABurst(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 10)
+	u := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		arrived <- struct{}{}
+		<-release
+	})
+	c := newTestClient(t, overloadTestOptions(2))
+	var wg sync.WaitGroup
+	errs := make(chan error, 5)
+	for range 5 {
+		wg.Go(func() {
+			resp, err := c.getBounded(t, u.URL())
+			if err == nil {
+				readBody(t, resp)
+			}
+			errs <- err
+		})
+	}
+	<-arrived
+	<-arrived
+	h := c.tr.Handler()
+	require.Eventually(t, func() bool { return h.shared.policies.Load().overload.stats().Queued == 3 }, 5*time.Second, time.Millisecond)
+	assert.EqualValues(t, 2, u.requests.Load(), "two in flight, the rest queued")
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		assert.NoError(t, err)
+	}
+	assert.EqualValues(t, 5, u.requests.Load())
+	assert.Empty(t, c.events.ofKind(EventOverloadShed))
+}
+
+// A slot is held until the response headers arrive, not while the caller
+// reads the body.
+func TestOverloadSlotEndsAtHeaders(t *testing.T) {
+	release := make(chan struct{})
+	u := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		if n == 1 {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+	})
+	c := newTestClient(t, overloadTestOptions(1))
+	slow, err := c.getBounded(t, u.URL())
+	require.NoError(t, err)
+	defer slow.Body.Close()
+	resp, err := c.getBounded(t, u.URL()) // the first call's body is still unread
+	require.NoError(t, err)
+	readBody(t, resp)
+	close(release)
+}
+
+// Over the limit with the queue full, or past the wait, a call fails at
+// once with ErrOverloaded, naming the handler and the limit; never after
+// its deadline.
+func TestOverloadRefusesWhenItCannotWait(t *testing.T) {
+	release := make(chan struct{})
+	u := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	defer close(release)
+	o := overloadTestOptions(1)
+	o.Overload.MaxQueueWait = time.Millisecond
+	c := newTestClient(t, o)
+	go func() {
+		if resp, err := c.getBounded(t, u.URL()); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	require.Eventually(t, func() bool { return u.requests.Load() == 1 }, 5*time.Second, time.Millisecond)
+
+	_, err := c.getBounded(t, u.URL())
+	require.ErrorIs(t, err, ErrOverloaded)
+	var oe *OverloadError
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, 1, oe.Limit)
+	assert.Equal(t, 1, oe.InFlight)
+	assert.Contains(t, err.Error(), `resilience: handler "ovl": upstream overloaded`)
+	assert.False(t, IsTransient(nil, err), "a refusal is not retried")
+	assert.Len(t, c.events.ofKind(EventOverloadShed), 1)
+	assert.Len(t, c.events.ofKind(EventOverloaded), 1, "one event per change of state")
+	assert.Empty(t, c.events.ofKind(EventCircuitRejected))
+
+	// The caller's deadline bounds the wait, whatever MaxQueueWait says.
+	o = overloadTestOptions(1)
+	c2 := newTestClient(t, o)
+	c2.tr.Handler().shared.policies.Load().overload.mu.Lock()
+	c2.tr.Handler().shared.policies.Load().overload.inflight = 1 // a slot taken
+	c2.tr.Handler().shared.policies.Load().overload.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = c2.Do(newTestRequest(t, ctx, http.MethodGet, u.URL(), nil))
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, ErrOverloaded) || errors.Is(err, context.DeadlineExceeded), err)
+	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.EqualValues(t, 1, u.requests.Load(), "nothing sent")
+}
+
+// A retry finds the limit full: it is not sent, and the call returns the
+// outcome before it, as when the retry budget refuses; nothing counts
+// against the budget or the breaker.
+func TestOverloadShedsRetriesFirst(t *testing.T) {
+	release := make(chan struct{})
+	bIn := make(chan struct{})
+	u := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if r.URL.Path == "/b" {
+			close(bIn)
+			<-release
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	o := overloadTestOptions(1)
+	var c *testClient
+	bDone := make(chan struct{})
+	o.Retry.DelayFunc = func(DelayInfo) time.Duration {
+		go func() { // another call takes the only slot while this one waits to retry
+			defer close(bDone)
+			if resp, err := c.getBounded(t, u.URL()+"/b"); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		<-bIn
+		return 0
+	}
+	c = newTestClient(t, o)
+	var rep Report
+	ctx := WithReport(context.Background(), &rep)
+	resp, err := c.Do(newTestRequest(t, ctx, http.MethodGet, u.URL()+"/a", nil))
+	require.NoError(t, err, "retries ran out on a response: the response")
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	readBody(t, resp)
+	assert.Equal(t, 1, rep.Attempts)
+	assert.True(t, rep.Shed)
+	assert.False(t, rep.BudgetRefused)
+	shed := c.events.ofKind(EventOverloadShed)
+	require.Len(t, shed, 1)
+	assert.Equal(t, 2, shed[0].Attempt)
+	assert.Equal(t, CircuitClosed, c.tr.Handler().CircuitState())
+	close(release)
+	<-bDone
+}
+
+// A hedge finds the limit full: it is not sent; the first attempt wins.
+func TestOverloadShedsHedges(t *testing.T) {
+	release := make(chan struct{})
+	u := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	o := overloadTestOptions(1)
+	o.Hedging = HedgingOptions{Enabled: true, Delay: time.Millisecond, MaxHedges: 1}
+	c := newTestClient(t, o)
+	done := make(chan error, 1)
+	go func() {
+		resp, err := c.getBounded(t, u.URL())
+		if err == nil {
+			readBody(t, resp)
+		}
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return len(c.events.ofKind(EventOverloadShed)) == 1 }, 5*time.Second, time.Millisecond)
+	close(release)
+	require.NoError(t, <-done)
+	assert.EqualValues(t, 1, u.requests.Load(), "the hedge was not sent")
+}
+
+// The limiter's state shows in the health report and in OverloadStats, and
+// a logger gets one record per change of state, not one per refusal.
+func TestOverloadVisible(t *testing.T) {
+	release := make(chan struct{})
+	u := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	defer close(release)
+	var logs bytes.Buffer
+	o := overloadTestOptions(1)
+	o.Overload.MaxQueueWait = time.Millisecond
+	o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c := newTestClient(t, o)
+	h := c.tr.Handler()
+	assert.Equal(t, "healthy", CheckHealth(h).Status)
+	go func() {
+		if resp, err := c.getBounded(t, u.URL()); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	require.Eventually(t, func() bool { return u.requests.Load() == 1 }, 5*time.Second, time.Millisecond)
+	for range 3 {
+		_, err := c.getBounded(t, u.URL())
+		require.ErrorIs(t, err, ErrOverloaded)
+	}
+	st := h.OverloadStats()[""]
+	assert.Equal(t, OverloadStats{Limit: 1, InFlight: 1, Refused: 3, Overloaded: true}, st)
+	report := CheckHealth(h)
+	assert.Equal(t, "degraded", report.Status)
+	assert.Equal(t, st, report.Handlers["ovl"].Overload[""])
+	assert.Equal(t, 1, strings.Count(logs.String(), "\n"), logs.String())
+
+	off := newTestClient(t, Options{})
+	assert.Nil(t, off.tr.Handler().OverloadStats())
+	assert.Nil(t, CheckHealth(off.tr.Handler()).Handlers["standard"].Overload)
+}
