@@ -46,9 +46,9 @@ type Options struct {
 	// RateLimit is admission control: at most so many calls in flight.
 	RateLimit RateLimitOptions
 
-	// Overload, when enabled, limits the attempts in flight to the
-	// upstream (per host with PerHost) to what its latency and its losses
-	// say it can take; retries and hedges are shed first.
+	// Overload limits the attempts in flight to the upstream (per host
+	// with PerHost) to what its latency and its losses say it can take;
+	// retries and hedges are shed first.
 	Overload OverloadOptions
 
 	// TotalTimeout bounds the whole call: queueing for admission, every
@@ -122,8 +122,8 @@ type Options struct {
 // the call returns its last outcome. A refusal is never retried and never
 // counts against the circuit breaker or the retry budget.
 type OverloadOptions struct {
-	// Enabled turns the limiter on. It is off by default.
-	Enabled bool
+	// Disabled switches the limiter off.
+	Disabled bool
 
 	// MinLimit is the least number of attempts in flight it allows.
 	// Default 8.
@@ -553,43 +553,43 @@ func resolve(o Options) (*config, error) {
 		rl.MaxConcurrent = DefaultMaxConcurrent
 	}
 
-	// The overload limiter.
-	if ov := &o.Overload; ov.Enabled {
-		switch {
-		case ov.MinLimit < 0:
-			return nil, bad("Overload.MinLimit", ov.MinLimit, "must not be negative")
-		case ov.MaxLimit < 0:
-			return nil, bad("Overload.MaxLimit", ov.MaxLimit, "must not be negative")
-		case ov.InitialLimit < 0:
-			return nil, bad("Overload.InitialLimit", ov.InitialLimit, "must not be negative")
-		case ov.MaxQueue < 0:
-			return nil, bad("Overload.MaxQueue", ov.MaxQueue, "must not be negative")
-		case ov.MaxQueueWait < 0:
-			return nil, bad("Overload.MaxQueueWait", ov.MaxQueueWait, "must not be negative")
-		}
-		if ov.MinLimit == 0 {
-			ov.MinLimit = DefaultOverloadMinLimit
-		}
-		if ov.MaxLimit == 0 {
-			ov.MaxLimit = max(DefaultOverloadMaxLimit, ov.MinLimit)
-		}
-		if ov.InitialLimit == 0 {
-			ov.InitialLimit = min(max(DefaultOverloadInitialLimit, ov.MinLimit), ov.MaxLimit)
-		}
-		if ov.MaxQueue == 0 {
-			ov.MaxQueue = DefaultOverloadMaxQueue
-		}
-		if ov.MaxQueueWait == 0 {
-			ov.MaxQueueWait = DefaultOverloadMaxQueueWait
-		}
-		switch {
-		case ov.MinLimit > ov.MaxLimit:
-			return nil, bad("Overload.MinLimit", ov.MinLimit, fmt.Sprintf("must not exceed MaxLimit (%d)", ov.MaxLimit))
-		case ov.InitialLimit < ov.MinLimit || ov.InitialLimit > ov.MaxLimit:
-			return nil, bad("Overload.InitialLimit", ov.InitialLimit, fmt.Sprintf("must be between MinLimit (%d) and MaxLimit (%d)", ov.MinLimit, ov.MaxLimit))
-		case ov.MaxLimit > 1_000_000:
-			return nil, bad("Overload.MaxLimit", ov.MaxLimit, "must be at most 1000000")
-		}
+	// The overload limiter: validated even when disabled, since a live
+	// Update may switch it on.
+	ov := &o.Overload
+	switch {
+	case ov.MinLimit < 0:
+		return nil, bad("Overload.MinLimit", ov.MinLimit, "must not be negative")
+	case ov.MaxLimit < 0:
+		return nil, bad("Overload.MaxLimit", ov.MaxLimit, "must not be negative")
+	case ov.InitialLimit < 0:
+		return nil, bad("Overload.InitialLimit", ov.InitialLimit, "must not be negative")
+	case ov.MaxQueue < 0:
+		return nil, bad("Overload.MaxQueue", ov.MaxQueue, "must not be negative")
+	case ov.MaxQueueWait < 0:
+		return nil, bad("Overload.MaxQueueWait", ov.MaxQueueWait, "must not be negative")
+	}
+	if ov.MinLimit == 0 {
+		ov.MinLimit = DefaultOverloadMinLimit
+	}
+	if ov.MaxLimit == 0 {
+		ov.MaxLimit = max(DefaultOverloadMaxLimit, ov.MinLimit)
+	}
+	if ov.InitialLimit == 0 {
+		ov.InitialLimit = min(max(DefaultOverloadInitialLimit, ov.MinLimit), ov.MaxLimit)
+	}
+	if ov.MaxQueue == 0 {
+		ov.MaxQueue = DefaultOverloadMaxQueue
+	}
+	if ov.MaxQueueWait == 0 {
+		ov.MaxQueueWait = DefaultOverloadMaxQueueWait
+	}
+	switch {
+	case ov.MinLimit > ov.MaxLimit:
+		return nil, bad("Overload.MinLimit", ov.MinLimit, fmt.Sprintf("must not exceed MaxLimit (%d)", ov.MaxLimit))
+	case ov.InitialLimit < ov.MinLimit || ov.InitialLimit > ov.MaxLimit:
+		return nil, bad("Overload.InitialLimit", ov.InitialLimit, fmt.Sprintf("must be between MinLimit (%d) and MaxLimit (%d)", ov.MinLimit, ov.MaxLimit))
+	case ov.MaxLimit > 1_000_000:
+		return nil, bad("Overload.MaxLimit", ov.MaxLimit, "must be at most 1000000")
 	}
 
 	// Timeouts.

@@ -77,7 +77,6 @@ var ovlClients = []ovlClient{
 // withOverload turns issue 19's limiter on in o, its defaults scaled as the
 // faults experiment scales time: MaxQueueWait by TotalTimeout's factor.
 func withOverload(o resilience.Options) resilience.Options {
-	o.Overload.Enabled = true
 	o.Overload.MaxQueueWait = resilience.DefaultOverloadMaxQueueWait / 15
 	return o
 }
