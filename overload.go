@@ -87,7 +87,7 @@ type overloadLimiter struct {
 // base is the test of congestion: against an overloaded upstream the cap
 // works, losses fall, and the base stays low; against one that fails at
 // random, losses stay whatever the cap does, the base rises to them, and
-// the cap stops cutting and is lifted. failsafe-go's adaptivethrottler and the SRE
+// the cap stops cutting and grows back. failsafe-go's adaptivethrottler and the SRE
 // throttle tolerate losses too, up to 1-1/K (50% at K=2), whatever their
 // cause.
 const (
@@ -257,9 +257,6 @@ func (l *overloadLimiter) signalLocked(o overloadOutcome, rtt time.Duration) {
 		l.lossRate += (1 - l.lossRate) * lossWeight
 		l.lossBase += (1 - l.lossBase) * baseWeight
 		if !l.congestedLocked() {
-			if l.lossRate > lossFloor {
-				l.lossCap = math.Inf(1) // losses as high as ever, whatever the cap: it does not help
-			}
 			return // the upstream fails some requests; that is not a full one
 		}
 		// The slot this attempt frees is not handed on: a fast 503 would
