@@ -58,6 +58,7 @@ type overloadLimiter struct {
 	lossCap   float64 // +Inf while no loss holds it
 	lossRate  float64 // moving share of attempts lost: 503, 429, refused, timed out
 	lossBase  float64 // the same share, averaged over far more attempts
+	low, high lossBin // the same share of attempts sent with at most MinLimit in flight, and with more
 	lastCut   time.Time
 	srtt      time.Duration // smoothed time to headers of successful attempts
 	waiters   []*overloadWaiter
@@ -97,12 +98,27 @@ const (
 	baseWeight = 1.0 / 512
 	lossFloor  = 0.3
 	lossMargin = 0.15
+	lossCrowd  = 0.1
+	binSamples = 64
 	quietAfter = time.Second
 )
 
 type overloadWaiter struct {
 	ready   chan struct{}
 	granted bool // under mu
+	k       int  // attempts in flight once granted, its own included
+}
+
+// A lossBin is the share of attempts lost among those sent at some level
+// of concurrency: their mean while there are few, then a moving average.
+type lossBin struct {
+	rate float64
+	n    int
+}
+
+func (b *lossBin) add(lost float64) {
+	b.n++
+	b.rate += (lost - b.rate) * max(1/float64(b.n), lossWeight)
 }
 
 func newOverloadLimiter(o OverloadOptions, now func() time.Time) *overloadLimiter {
@@ -127,6 +143,7 @@ type overloadSlot struct {
 	l      *overloadLimiter
 	permit adaptivelimiter.Permit // nil when the latency limiter was full (a race with its own limit)
 	at     time.Time
+	k      int // attempts in flight when it was sent, its own included
 }
 
 // overloadOutcome is what an attempt's end tells the limiter.
@@ -147,9 +164,9 @@ const (
 func (l *overloadLimiter) acquire(ctx context.Context, wait time.Duration, n int) (overloadSlot, error) {
 	l.mu.Lock()
 	if len(l.waiters) == 0 && l.inflight < l.limitLocked() {
-		l.takeLocked()
+		k := l.takeLocked()
 		l.mu.Unlock()
-		return l.slot(), nil
+		return l.slot(k), nil
 	}
 	if wait <= 0 || len(l.waiters) >= l.opts.MaxQueue || (n > 1 && l.sheddingLocked()) {
 		err := l.refuseLocked(0, n)
@@ -166,7 +183,7 @@ func (l *overloadLimiter) acquire(ctx context.Context, wait time.Duration, n int
 	var cause error
 	select {
 	case <-w.ready:
-		return l.slot(), nil
+		return l.slot(w.k), nil // k was written before ready was closed
 	case <-timer.C:
 	case <-ctx.Done():
 		cause = ctx.Err()
@@ -174,7 +191,7 @@ func (l *overloadLimiter) acquire(ctx context.Context, wait time.Duration, n int
 	l.mu.Lock()
 	if w.granted { // granted as the wait ended: give the slot back if the caller left
 		l.mu.Unlock()
-		s := l.slot()
+		s := l.slot(w.k)
 		if cause == nil {
 			return s, nil
 		}
@@ -196,14 +213,17 @@ func (l *overloadLimiter) acquire(ctx context.Context, wait time.Duration, n int
 	return overloadSlot{}, err
 }
 
-func (l *overloadLimiter) takeLocked() {
+// takeLocked counts an attempt in flight and returns how many are, its own
+// included.
+func (l *overloadLimiter) takeLocked() int {
 	l.inflight++
 	l.peak = max(l.peak, l.inflight)
+	return l.inflight
 }
 
-func (l *overloadLimiter) slot() overloadSlot {
+func (l *overloadLimiter) slot(k int) overloadSlot {
 	p, _ := l.latency.TryAcquirePermit()
-	return overloadSlot{l: l, permit: p, at: time.Now()}
+	return overloadSlot{l: l, permit: p, at: time.Now(), k: k}
 }
 
 func (l *overloadLimiter) refuseLocked(waited time.Duration, n int) *OverloadError {
@@ -223,7 +243,7 @@ func (s overloadSlot) release(o overloadOutcome, rtt time.Duration) {
 		return
 	}
 	l.mu.Lock()
-	l.signalLocked(o, rtt)
+	l.signalLocked(o, rtt, s.k)
 	l.inflight--
 	l.grantLocked()
 	l.mu.Unlock()
@@ -236,8 +256,20 @@ func (s overloadSlot) release(o overloadOutcome, rtt time.Duration) {
 	}
 }
 
-// signalLocked applies an outcome to the loss cap and the smoothed latency.
-func (l *overloadLimiter) signalLocked(o overloadOutcome, rtt time.Duration) {
+// signalLocked applies the outcome of an attempt sent with k in flight to
+// the loss cap and the smoothed latency.
+func (l *overloadLimiter) signalLocked(o overloadOutcome, rtt time.Duration, k int) {
+	if o != overloadDropped {
+		bin := &l.high
+		if k <= l.opts.MinLimit {
+			bin = &l.low
+		}
+		lost := 0.0
+		if o != overloadAnswered {
+			lost = 1
+		}
+		bin.add(lost)
+	}
 	switch o {
 	case overloadAnswered:
 		l.lossRate -= l.lossRate * lossWeight
@@ -273,8 +305,14 @@ func (l *overloadLimiter) signalLocked(o overloadOutcome, rtt time.Duration) {
 	}
 }
 
-// congestedLocked reports whether recent losses say the upstream is full.
+// congestedLocked reports whether recent losses say the upstream is full:
+// attempts sent with more than MinLimit in flight are lost more often than
+// those sent with fewer; or, where too few were sent at either level to
+// tell, losses are high and risen over their base.
 func (l *overloadLimiter) congestedLocked() bool {
+	if l.low.n >= binSamples && l.high.n >= binSamples/2 {
+		return l.high.rate > lossCrowd && l.high.rate > l.low.rate+lossMargin
+	}
 	return l.lossRate > lossFloor && l.lossRate > l.lossBase+lossMargin
 }
 
@@ -292,7 +330,7 @@ func (l *overloadLimiter) grantLocked() {
 		l.waiters[0] = nil
 		l.waiters = l.waiters[1:]
 		w.granted = true
-		l.takeLocked()
+		w.k = l.takeLocked()
 		close(w.ready)
 	}
 }

@@ -263,3 +263,52 @@ func TestOverloadLossCapToleratesRandomLoss(t *testing.T) {
 	feedLosses(t, l, clock, 100, 1)
 	assert.False(t, math.IsInf(l.lossCap, 1), "from 5% to every attempt lost: congestion")
 }
+
+// feedAt releases n attempts, each sent with k in flight (k-1 others
+// counted beside it, whatever the limit), every one in every lost, one
+// lossWindow apart.
+func feedAt(t *testing.T, l *overloadLimiter, clock *testClock, n, k, every int) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		clock.advance(lossWindow)
+		l.mu.Lock()
+		l.inflight += k - 1
+		s := l.slot(l.takeLocked())
+		l.mu.Unlock()
+		if i%every == 0 {
+			s.release(overloadLoss, 0)
+		} else {
+			s.release(overloadAnswered, time.Millisecond)
+		}
+		l.mu.Lock()
+		l.inflight -= k - 1
+		l.mu.Unlock()
+	}
+}
+
+// Losses that come with concurrency are congestion even when they are few
+// overall: attempts sent with more than MinLimit in flight lost one time in
+// three, those sent with fewer never. Losses as frequent at either level
+// are not, however high.
+func TestOverloadLossCapReadsLossAgainstConcurrency(t *testing.T) {
+	clock := newTestClock()
+	l := newOverloadLimiter(testOverloadOptions(4, 20), clock.now)
+	for range 10 {
+		feedAt(t, l, clock, 20, 2, 1<<30) // at 2 in flight: none lost
+		feedAt(t, l, clock, 20, 10, 3)    // at 10: a third lost
+	}
+	l.mu.Lock()
+	assert.Less(t, l.lossRate, lossFloor, "too few losses overall for the rate alone")
+	assert.True(t, l.congestedLocked(), "lost at 10 in flight, never at 2")
+	l.mu.Unlock()
+
+	l = newOverloadLimiter(testOverloadOptions(4, 20), clock.now)
+	for range 10 {
+		feedAt(t, l, clock, 20, 2, 3)
+		feedAt(t, l, clock, 20, 10, 3)
+	}
+	l.mu.Lock()
+	assert.False(t, l.congestedLocked(), "a third lost at either level: random, not congestion")
+	l.mu.Unlock()
+	assert.True(t, math.IsInf(l.lossCap, 1))
+}
