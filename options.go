@@ -111,16 +111,21 @@ type Options struct {
 	OnEvent func(Event)
 }
 
-// OverloadOptions configures the overload limiter, inside admission: an
-// adaptive bound on the attempts in flight to an upstream, each holding a
-// slot from the moment it is sent until its response headers arrive. The
-// bound follows the latency of successful attempts (failsafe-go's
-// adaptivelimiter) and shrinks on loss: attempt timeouts, 503, 429 and
-// refused connections. The first attempt of a call over the bound waits
-// for a slot, at most MaxQueueWait and never past the call's deadline,
-// then fails with ErrOverloaded; a retry or hedge over it is not sent, and
-// the call returns its last outcome. A refusal is never retried and never
-// counts against the circuit breaker or the retry budget.
+// OverloadOptions configures the overload limiter, inside admission and on
+// by default: an adaptive bound on the attempts in flight to an upstream,
+// each holding a slot from the moment it is sent until its response
+// headers arrive. The bound follows the latency of successful attempts
+// (failsafe-go's adaptivelimiter) and shrinks on loss (attempt timeouts,
+// 503, 429, refused connections) when the losses are congestion: when
+// attempts sent with more than MinLimit in flight are lost more often than
+// those sent with fewer, not when the upstream fails a share of requests
+// at random. An attempt over the bound waits for a slot, at most
+// MaxQueueWait and never past the call's deadline; a first attempt that
+// gets none fails with ErrOverloaded. While the limiter is shedding (it
+// refused a first attempt within the last second, or losses are
+// congestion), a retry over the bound is not sent and the call returns its
+// last outcome; a hedge over it is never sent. A refusal is never retried
+// and never counts against the circuit breaker or the retry budget.
 type OverloadOptions struct {
 	// Disabled switches the limiter off.
 	Disabled bool
@@ -136,12 +141,12 @@ type OverloadOptions struct {
 	// over it wait in the queue, so a burst is queued, not failed.
 	InitialLimit int
 
-	// MaxQueue is how many first attempts may wait for a slot. Default
-	// 1000.
+	// MaxQueue is how many attempts may wait for a slot. Default 1000.
 	MaxQueue int
 
-	// MaxQueueWait bounds a first attempt's wait for a slot. Default 1s;
-	// the call's own deadline bounds it too.
+	// MaxQueueWait bounds an attempt's wait for a slot. Default 1s; the
+	// call's own deadline bounds it too. Longer serves more calls of a
+	// burst later, shorter fails them sooner.
 	MaxQueueWait time.Duration
 }
 
