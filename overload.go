@@ -86,9 +86,9 @@ type overloadLimiter struct {
 // The test is concurrency: a full upstream loses the attempts sent over
 // what it holds, one failing at random loses as many at any level. Losses
 // are congestion when attempts sent with more than MinLimit in flight are
-// lost more often, by lossMargin and over lossCrowd, than those sent with
-// fewer, once each level has binSamples (half that above MinLimit). Until
-// then, losses are congestion when lossRate, a moving average over the
+// lost more often than those sent with fewer: over lossCrowd, and by more
+// than binZ standard errors of the difference (a two-proportion z-test)
+// and binMargin, once each level has binSamples. Until then, losses are congestion when lossRate, a moving average over the
 // last hundred or so attempts (weight lossWeight each), is over lossFloor
 // and over lossBase, the same average over several hundred (baseWeight),
 // by lossMargin: the floor leaves alone the partial failures retries are
@@ -98,7 +98,7 @@ type overloadLimiter struct {
 // (50% at K=2), whatever their cause. Measured (bench/results/donoharm.md,
 // overload-noharm.md): 32 callers at 50% random loss are served 93.1%
 // (93.9 with the limiter off; 89.9 with the rate test alone), an upstream
-// whose 503s cost it work at 1.25x 76.0% (bare 73.2; 78.0 when every loss
+// whose 503s cost it work at 1.25x 76.8% (bare 72.8; 78.0 when every loss
 // cut the cap, which lost 4% of calls at 5% random loss).
 const (
 	lossFactor = 0.9
