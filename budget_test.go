@@ -137,8 +137,11 @@ func TestRetryBudgetStopsRetryStorm(t *testing.T) {
 		h, err := NewHandler(Options{
 			Retry:          quickRetry(),
 			CircuitBreaker: CircuitBreakerOptions{Disabled: true},
-			RetryBudget:    budget,
-			OnEvent:        rec.add,
+			// the budget alone: the overload limiter would shed these
+			// retries too, every attempt being a 503
+			Overload:    OverloadOptions{Disabled: true},
+			RetryBudget: budget,
+			OnEvent:     rec.add,
 		})
 		require.NoError(t, err)
 		tr := h.Transport(&http.Transport{MaxIdleConnsPerHost: 32})
@@ -247,7 +250,11 @@ func TestRetryBudgetBurstOfSimultaneousFailures(t *testing.T) {
 			if n == callers {
 				once.Do(func() { close(arrived) })
 			}
-			<-arrived // every first attempt fails together
+			select { // every first attempt fails together
+			case <-arrived:
+			case <-time.After(10 * time.Second):
+				t.Error("the 64 first attempts never were in flight together")
+			}
 			http.Error(w, "connection lost", http.StatusBadGateway)
 			return
 		}
@@ -257,7 +264,10 @@ func TestRetryBudgetBurstOfSimultaneousFailures(t *testing.T) {
 	rec := &evRecorder{}
 	// Jitter spreads the 64 retries over [250ms, 750ms]: even at 150 ms a
 	// retry (a loaded machine, -race), fewer than MaxTokens are in flight.
-	h, err := NewHandler(Options{Retry: RetryOptions{Delay: 500 * time.Millisecond}, OnEvent: rec.add})
+	// The overload limiter is off: it would queue first attempts over its
+	// initial limit (20), and this upstream fails them only when all 64
+	// are in flight at once.
+	h, err := NewHandler(Options{Retry: RetryOptions{Delay: 500 * time.Millisecond}, Overload: OverloadOptions{Disabled: true}, OnEvent: rec.add})
 	require.NoError(t, err)
 	tr := h.Transport(&http.Transport{MaxIdleConnsPerHost: callers})
 	defer tr.CloseIdleConnections()
@@ -350,6 +360,9 @@ func TestRetryBudgetBoundsSlowFailingRetries(t *testing.T) {
 		AttemptTimeout: 50 * time.Millisecond,
 		Retry:          RetryOptions{Delay: time.Millisecond},
 		CircuitBreaker: CircuitBreakerOptions{Disabled: true},
+		// the budget alone: the overload limiter queues first attempts
+		// over its initial limit (20) and sheds retries after timeouts
+		Overload: OverloadOptions{Disabled: true},
 	})
 	require.NoError(t, err)
 	tr := h.Transport(&http.Transport{MaxIdleConnsPerHost: callers})
@@ -446,7 +459,11 @@ func TestRetryBudgetLeavesSuccessfulHedgesAlone(t *testing.T) {
 	rec := &evRecorder{}
 	tr, err := NewTransport(&http.Transport{}, Options{
 		Hedging: HedgingOptions{Enabled: true, MaxHedges: hedges, Delay: time.Millisecond, MaxExtraLoad: NoExtraLoadCap},
-		OnEvent: rec.add,
+		// the budget alone: the overload limiter would hold attempts over
+		// its initial limit (20), and this upstream answers only when all
+		// 64 are in flight at once
+		Overload: OverloadOptions{Disabled: true},
+		OnEvent:  rec.add,
 	})
 	require.NoError(t, err)
 	defer tr.CloseIdleConnections()

@@ -354,7 +354,7 @@ func objectField[T, F any](fs fieldSet[F], field func(*T) *F) func(*T, json.RawM
 }
 
 var overloadFields = fieldSet[OverloadOptions]{
-	"enabled": boolField(func(o *OverloadOptions) *bool { return &o.Enabled }),
+	"disabled": boolField(func(o *OverloadOptions) *bool { return &o.Disabled }),
 	"minLimit": intField(func(o *OverloadOptions) *int { return &o.MinLimit },
 		rejectZero(DefaultOverloadMinLimit, "")),
 	"maxLimit": intField(func(o *OverloadOptions) *int { return &o.MaxLimit },

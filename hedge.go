@@ -303,7 +303,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 			return hedgeOutcome{n: n, kind: outcomeRejected, err: reason}
 		}
 	}
-	slot, err := c.takeSlot(ctx, s, n) // the first waits; a hedge only tries
+	slot, err := c.takeSlot(ctx, s, n, n == 1) // the first waits; a hedge only tries
 	if err != nil {
 		unsent()
 		s.releaseProbe(probe)

@@ -56,7 +56,7 @@ func newHostState(h *Handler, host string) *hostState {
 		p.bulkhead = bulkhead.New[any](uint(rl.MaxConcurrent))
 		p.limiter = newLimiter(rl)
 	}
-	if p.ov.Enabled {
+	if !p.ov.Disabled {
 		p.overload = newOverloadLimiter(p.ov, time.Now)
 	}
 	p.breaker = s.newBreaker(p.cb)

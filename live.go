@@ -128,7 +128,7 @@ func (s *hostState) reconfigure(cfg *config) {
 		// A new limiter learns afresh; the attempts holding the old one's
 		// slots give them back to it.
 		p.overload = nil
-		if p.ov.Enabled {
+		if !p.ov.Disabled {
 			p.overload = newOverloadLimiter(p.ov, time.Now)
 		}
 	}

@@ -46,9 +46,9 @@ type Options struct {
 	// RateLimit is admission control: at most so many calls in flight.
 	RateLimit RateLimitOptions
 
-	// Overload, when enabled, limits the attempts in flight to the
-	// upstream (per host with PerHost) to what its latency and its losses
-	// say it can take; retries and hedges are shed first.
+	// Overload limits the attempts in flight to the upstream (per host
+	// with PerHost) to what its latency and its losses say it can take;
+	// retries and hedges are shed first.
 	Overload OverloadOptions
 
 	// TotalTimeout bounds the whole call: queueing for admission, every
@@ -111,19 +111,24 @@ type Options struct {
 	OnEvent func(Event)
 }
 
-// OverloadOptions configures the overload limiter, inside admission: an
-// adaptive bound on the attempts in flight to an upstream, each holding a
-// slot from the moment it is sent until its response headers arrive. The
-// bound follows the latency of successful attempts (failsafe-go's
-// adaptivelimiter) and shrinks on loss: attempt timeouts, 503, 429 and
-// refused connections. The first attempt of a call over the bound waits
-// for a slot, at most MaxQueueWait and never past the call's deadline,
-// then fails with ErrOverloaded; a retry or hedge over it is not sent, and
-// the call returns its last outcome. A refusal is never retried and never
-// counts against the circuit breaker or the retry budget.
+// OverloadOptions configures the overload limiter, inside admission and on
+// by default: an adaptive bound on the attempts in flight to an upstream,
+// each holding a slot from the moment it is sent until its response
+// headers arrive. The bound follows the latency of successful attempts
+// (failsafe-go's adaptivelimiter) and shrinks on loss (attempt timeouts,
+// 503, 429, refused connections) when the losses are congestion: when
+// attempts sent with more than MinLimit in flight are lost more often than
+// those sent with fewer, not when the upstream fails a share of requests
+// at random. An attempt over the bound waits for a slot, at most
+// MaxQueueWait and never past the call's deadline; a first attempt that
+// gets none fails with ErrOverloaded. While the limiter is shedding (it
+// refused a first attempt within the last second, or losses are
+// congestion), a retry over the bound is not sent and the call returns its
+// last outcome; a hedge over it is never sent. A refusal is never retried
+// and never counts against the circuit breaker or the retry budget.
 type OverloadOptions struct {
-	// Enabled turns the limiter on. It is off by default.
-	Enabled bool
+	// Disabled switches the limiter off.
+	Disabled bool
 
 	// MinLimit is the least number of attempts in flight it allows.
 	// Default 8.
@@ -136,12 +141,12 @@ type OverloadOptions struct {
 	// over it wait in the queue, so a burst is queued, not failed.
 	InitialLimit int
 
-	// MaxQueue is how many first attempts may wait for a slot. Default
-	// 1000.
+	// MaxQueue is how many attempts may wait for a slot. Default 1000.
 	MaxQueue int
 
-	// MaxQueueWait bounds a first attempt's wait for a slot. Default 1s;
-	// the call's own deadline bounds it too.
+	// MaxQueueWait bounds an attempt's wait for a slot. Default 1s; the
+	// call's own deadline bounds it too. Longer serves more calls of a
+	// burst later, shorter fails them sooner.
 	MaxQueueWait time.Duration
 }
 
@@ -553,43 +558,43 @@ func resolve(o Options) (*config, error) {
 		rl.MaxConcurrent = DefaultMaxConcurrent
 	}
 
-	// The overload limiter.
-	if ov := &o.Overload; ov.Enabled {
-		switch {
-		case ov.MinLimit < 0:
-			return nil, bad("Overload.MinLimit", ov.MinLimit, "must not be negative")
-		case ov.MaxLimit < 0:
-			return nil, bad("Overload.MaxLimit", ov.MaxLimit, "must not be negative")
-		case ov.InitialLimit < 0:
-			return nil, bad("Overload.InitialLimit", ov.InitialLimit, "must not be negative")
-		case ov.MaxQueue < 0:
-			return nil, bad("Overload.MaxQueue", ov.MaxQueue, "must not be negative")
-		case ov.MaxQueueWait < 0:
-			return nil, bad("Overload.MaxQueueWait", ov.MaxQueueWait, "must not be negative")
-		}
-		if ov.MinLimit == 0 {
-			ov.MinLimit = DefaultOverloadMinLimit
-		}
-		if ov.MaxLimit == 0 {
-			ov.MaxLimit = max(DefaultOverloadMaxLimit, ov.MinLimit)
-		}
-		if ov.InitialLimit == 0 {
-			ov.InitialLimit = min(max(DefaultOverloadInitialLimit, ov.MinLimit), ov.MaxLimit)
-		}
-		if ov.MaxQueue == 0 {
-			ov.MaxQueue = DefaultOverloadMaxQueue
-		}
-		if ov.MaxQueueWait == 0 {
-			ov.MaxQueueWait = DefaultOverloadMaxQueueWait
-		}
-		switch {
-		case ov.MinLimit > ov.MaxLimit:
-			return nil, bad("Overload.MinLimit", ov.MinLimit, fmt.Sprintf("must not exceed MaxLimit (%d)", ov.MaxLimit))
-		case ov.InitialLimit < ov.MinLimit || ov.InitialLimit > ov.MaxLimit:
-			return nil, bad("Overload.InitialLimit", ov.InitialLimit, fmt.Sprintf("must be between MinLimit (%d) and MaxLimit (%d)", ov.MinLimit, ov.MaxLimit))
-		case ov.MaxLimit > 1_000_000:
-			return nil, bad("Overload.MaxLimit", ov.MaxLimit, "must be at most 1000000")
-		}
+	// The overload limiter: validated even when disabled, since a live
+	// Update may switch it on.
+	ov := &o.Overload
+	switch {
+	case ov.MinLimit < 0:
+		return nil, bad("Overload.MinLimit", ov.MinLimit, "must not be negative")
+	case ov.MaxLimit < 0:
+		return nil, bad("Overload.MaxLimit", ov.MaxLimit, "must not be negative")
+	case ov.InitialLimit < 0:
+		return nil, bad("Overload.InitialLimit", ov.InitialLimit, "must not be negative")
+	case ov.MaxQueue < 0:
+		return nil, bad("Overload.MaxQueue", ov.MaxQueue, "must not be negative")
+	case ov.MaxQueueWait < 0:
+		return nil, bad("Overload.MaxQueueWait", ov.MaxQueueWait, "must not be negative")
+	}
+	if ov.MinLimit == 0 {
+		ov.MinLimit = DefaultOverloadMinLimit
+	}
+	if ov.MaxLimit == 0 {
+		ov.MaxLimit = max(DefaultOverloadMaxLimit, ov.MinLimit)
+	}
+	if ov.InitialLimit == 0 {
+		ov.InitialLimit = min(max(DefaultOverloadInitialLimit, ov.MinLimit), ov.MaxLimit)
+	}
+	if ov.MaxQueue == 0 {
+		ov.MaxQueue = DefaultOverloadMaxQueue
+	}
+	if ov.MaxQueueWait == 0 {
+		ov.MaxQueueWait = DefaultOverloadMaxQueueWait
+	}
+	switch {
+	case ov.MinLimit > ov.MaxLimit:
+		return nil, bad("Overload.MinLimit", ov.MinLimit, fmt.Sprintf("must not exceed MaxLimit (%d)", ov.MaxLimit))
+	case ov.InitialLimit < ov.MinLimit || ov.InitialLimit > ov.MaxLimit:
+		return nil, bad("Overload.InitialLimit", ov.InitialLimit, fmt.Sprintf("must be between MinLimit (%d) and MaxLimit (%d)", ov.MinLimit, ov.MaxLimit))
+	case ov.MaxLimit > 1_000_000:
+		return nil, bad("Overload.MaxLimit", ov.MaxLimit, "must be at most 1000000")
 	}
 
 	// Timeouts.

@@ -19,18 +19,18 @@ func (c *testClock) now() time.Time          { return c.t }
 func (c *testClock) advance(d time.Duration) { c.t = c.t.Add(d) }
 func newTestClock() *testClock               { return &testClock{t: time.Unix(1_000_000, 0)} }
 func testOverloadOptions(min, initial int) OverloadOptions {
-	return OverloadOptions{Enabled: true, MinLimit: min, MaxLimit: 100, InitialLimit: initial, MaxQueue: 2, MaxQueueWait: time.Second}
+	return OverloadOptions{MinLimit: min, MaxLimit: 100, InitialLimit: initial, MaxQueue: 2, MaxQueueWait: time.Second}
 }
 
 func TestOverloadLimiterTriesUpToTheLimit(t *testing.T) {
 	l := newOverloadLimiter(testOverloadOptions(1, 3), time.Now)
 	var slots []overloadSlot
 	for range 3 {
-		s, err := l.acquire(context.Background(), 0)
+		s, err := l.acquire(context.Background(), 0, 1)
 		require.NoError(t, err)
 		slots = append(slots, s)
 	}
-	_, err := l.acquire(context.Background(), 0)
+	_, err := l.acquire(context.Background(), 0, 1)
 	require.ErrorIs(t, err, ErrOverloaded)
 	var oe *OverloadError
 	require.ErrorAs(t, err, &oe)
@@ -39,7 +39,7 @@ func TestOverloadLimiterTriesUpToTheLimit(t *testing.T) {
 	assert.Contains(t, err.Error(), "limit 3")
 
 	slots[0].release(overloadAnswered, time.Millisecond)
-	s, err := l.acquire(context.Background(), 0)
+	s, err := l.acquire(context.Background(), 0, 1)
 	require.NoError(t, err, "a released slot is free again")
 	s.release(overloadDropped, 0)
 	for _, s := range slots[1:] {
@@ -54,14 +54,14 @@ func TestOverloadLimiterTriesUpToTheLimit(t *testing.T) {
 
 func TestOverloadLimiterQueuesFirstAttemptsInOrder(t *testing.T) {
 	l := newOverloadLimiter(testOverloadOptions(1, 1), time.Now)
-	held, err := l.acquire(context.Background(), 0)
+	held, err := l.acquire(context.Background(), 0, 1)
 	require.NoError(t, err)
 
 	got := make(chan int, 2)
 	slots := make(chan overloadSlot, 2)
 	for i := range 2 {
 		go func() {
-			s, err := l.acquire(context.Background(), time.Minute)
+			s, err := l.acquire(context.Background(), time.Minute, 1)
 			if err == nil {
 				got <- i
 				slots <- s
@@ -69,7 +69,7 @@ func TestOverloadLimiterQueuesFirstAttemptsInOrder(t *testing.T) {
 		}()
 		require.Eventually(t, func() bool { return l.stats().Queued == i+1 }, time.Second, time.Millisecond)
 	}
-	_, err = l.acquire(context.Background(), time.Minute)
+	_, err = l.acquire(context.Background(), time.Minute, 1)
 	require.ErrorIs(t, err, ErrOverloaded, "the queue holds MaxQueue")
 
 	held.release(overloadAnswered, time.Millisecond)
@@ -82,18 +82,18 @@ func TestOverloadLimiterQueuesFirstAttemptsInOrder(t *testing.T) {
 
 func TestOverloadLimiterWaitEnds(t *testing.T) {
 	l := newOverloadLimiter(testOverloadOptions(1, 1), time.Now)
-	held, err := l.acquire(context.Background(), 0)
+	held, err := l.acquire(context.Background(), 0, 1)
 	require.NoError(t, err)
 	defer held.release(overloadDropped, 0)
 
-	_, err = l.acquire(context.Background(), time.Millisecond)
+	_, err = l.acquire(context.Background(), time.Millisecond, 1)
 	var oe *OverloadError
 	require.ErrorAs(t, err, &oe)
 	assert.Positive(t, oe.Waited)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = l.acquire(ctx, time.Minute)
+	_, err = l.acquire(ctx, time.Minute, 1)
 	assert.ErrorIs(t, err, context.Canceled, "the caller left: its reason, not overload")
 	assert.False(t, errors.Is(err, ErrOverloaded))
 	assert.Equal(t, 0, l.stats().Queued)
@@ -106,12 +106,13 @@ func TestOverloadLossCapArithmetic(t *testing.T) {
 	l := newOverloadLimiter(testOverloadOptions(2, 20), clock.now)
 	var slots []overloadSlot
 	for range 10 {
-		s, err := l.acquire(context.Background(), 0)
+		s, err := l.acquire(context.Background(), 0, 1)
 		require.NoError(t, err)
 		slots = append(slots, s)
 	}
 	assert.True(t, math.IsInf(l.lossCap, 1), "no loss, no cap")
 
+	l.lossRate = 1 // an upstream that has lost every recent attempt
 	slots[0].release(overloadLoss, 0)
 	assert.InDelta(t, 9*0.9, l.lossCap, 1e-9, "held at the 9 left in flight, then 0.9 of that: relative to what was in flight, not to the initial limit")
 	assert.Equal(t, 8, l.stats().Limit)
@@ -126,25 +127,25 @@ func TestOverloadLossCapArithmetic(t *testing.T) {
 	}
 	for range 30 {
 		clock.advance(lossWindow)
-		s, err := l.acquire(context.Background(), 0)
+		s, err := l.acquire(context.Background(), 0, 1)
 		require.NoError(t, err)
 		s.release(overloadLoss, 0)
 	}
 	assert.InDelta(t, 2, l.lossCap, 1e-9, "never under MinLimit")
 
-	s, err := l.acquire(context.Background(), 0)
+	s, err := l.acquire(context.Background(), 0, 1)
 	require.NoError(t, err)
 	s.release(overloadAnswered, time.Millisecond)
 	assert.InDelta(t, 2.5, l.lossCap, 1e-9, "+1/cap per success")
 	for l.lossCap < 100 {
-		s, _ := l.acquire(context.Background(), 0)
+		s, _ := l.acquire(context.Background(), 0, 1)
 		s.release(overloadAnswered, time.Millisecond)
 	}
 	assert.True(t, math.IsInf(l.lossCap, 1), "lifted once over MaxLimit")
 
 	before := l.lossCap
 	clock.advance(lossWindow)
-	s, _ = l.acquire(context.Background(), 0)
+	s, _ = l.acquire(context.Background(), 0, 1)
 	s.release(overloadDropped, 0)
 	assert.Equal(t, before, l.lossCap, "a dropped attempt says nothing")
 }
@@ -156,9 +157,9 @@ func TestOverloadStateChangesOnce(t *testing.T) {
 	assert.False(t, now)
 	assert.False(t, changed)
 
-	held, _ := l.acquire(context.Background(), 0)
+	held, _ := l.acquire(context.Background(), 0, 1)
 	for range 3 {
-		_, err := l.acquire(context.Background(), 0)
+		_, err := l.acquire(context.Background(), 0, 1)
 		require.ErrorIs(t, err, ErrOverloaded)
 	}
 	now, changed = l.overloaded()
@@ -176,14 +177,16 @@ func TestOverloadStateChangesOnce(t *testing.T) {
 }
 
 func TestOverloadOptionsDefaultsAndValidation(t *testing.T) {
-	cfg, err := resolve(Options{Overload: OverloadOptions{Enabled: true}})
+	cfg, err := resolve(Options{})
 	require.NoError(t, err)
-	assert.Equal(t, OverloadOptions{Enabled: true, MinLimit: DefaultOverloadMinLimit, MaxLimit: DefaultOverloadMaxLimit,
+	assert.Equal(t, OverloadOptions{MinLimit: DefaultOverloadMinLimit, MaxLimit: DefaultOverloadMaxLimit,
 		InitialLimit: DefaultOverloadInitialLimit, MaxQueue: DefaultOverloadMaxQueue, MaxQueueWait: DefaultOverloadMaxQueueWait}, cfg.Overload)
 
-	cfg, err = resolve(Options{})
+	cfg, err = resolve(Options{Overload: OverloadOptions{Disabled: true}})
 	require.NoError(t, err)
-	assert.Equal(t, OverloadOptions{}, cfg.Overload, "off by default, and nothing filled in")
+	assert.True(t, cfg.Overload.Disabled)
+	_, err = NewHandler(Options{Name: "x", Overload: OverloadOptions{Disabled: true, MinLimit: -1}})
+	assert.EqualError(t, err, `resilience: handler "x": invalid option Overload.MinLimit (-1): must not be negative`, "validated even when disabled")
 
 	for _, tc := range []struct {
 		o    OverloadOptions
@@ -194,7 +197,6 @@ func TestOverloadOptionsDefaultsAndValidation(t *testing.T) {
 		{OverloadOptions{MinLimit: 50, MaxLimit: 10}, `invalid option Overload.MinLimit (50): must not exceed MaxLimit (10)`},
 		{OverloadOptions{InitialLimit: 5000}, `invalid option Overload.InitialLimit (5000): must be between MinLimit (8) and MaxLimit (1000)`},
 	} {
-		tc.o.Enabled = true
 		_, err := NewHandler(Options{Name: "x", Overload: tc.o})
 		assert.EqualError(t, err, `resilience: handler "x": `+tc.want)
 	}
@@ -202,16 +204,111 @@ func TestOverloadOptionsDefaultsAndValidation(t *testing.T) {
 
 func TestOverloadConfig(t *testing.T) {
 	cfg, err := LoadConfig(strings.NewReader(`{
-	  "defaults": {"overload": {"enabled": true, "maxQueueWait": "250ms"}},
-	  "upstreams": {"pricing": {"overload": {"minLimit": 4, "maxLimit": 64, "initialLimit": 16, "maxQueue": 100}}, "search": {"overload": {"enabled": false}}}
+	  "defaults": {"overload": {"maxQueueWait": "250ms"}},
+	  "upstreams": {"pricing": {"overload": {"minLimit": 4, "maxLimit": 64, "initialLimit": 16, "maxQueue": 100}}, "search": {"overload": {"disabled": true}}}
 	}`))
 	require.NoError(t, err)
-	assert.Equal(t, OverloadOptions{Enabled: true, MinLimit: 4, MaxLimit: 64, InitialLimit: 16, MaxQueue: 100, MaxQueueWait: 250 * time.Millisecond},
+	assert.Equal(t, OverloadOptions{MinLimit: 4, MaxLimit: 64, InitialLimit: 16, MaxQueue: 100, MaxQueueWait: 250 * time.Millisecond},
 		cfg.Upstreams["pricing"].Overload)
-	assert.False(t, cfg.Upstreams["search"].Overload.Enabled)
+	assert.True(t, cfg.Upstreams["search"].Overload.Disabled)
 
-	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"pricing": {"overload": {"enabled": true, "minLimit": -3}}}}`))
+	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"pricing": {"overload": {"minLimit": -3}}}}`))
 	assert.ErrorContains(t, err, `upstreams.pricing.overload.minLimit (-3): must not be negative`)
 	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"pricing": {"overload": {"maxQueue": 0}}}}`))
 	assert.ErrorContains(t, err, `upstreams.pricing.overload.maxQueue: 0 is not allowed here; omit the field for the default (1000)`)
+}
+
+// feedLosses releases n attempts, every one in every lost (a 503), one
+// lossWindow apart, keeping inflight attempts in flight beside them.
+func feedLosses(t *testing.T, l *overloadLimiter, clock *testClock, n, every int) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		clock.advance(lossWindow)
+		s, err := l.acquire(context.Background(), 0, 1)
+		require.NoError(t, err)
+		if i%every == 0 {
+			s.release(overloadLoss, 0)
+		} else {
+			s.release(overloadAnswered, time.Millisecond)
+		}
+	}
+}
+
+// Losses at random are not congestion: 20% of attempts lost never cut the
+// cap; 50% cut it at first, and once the base has learnt that the losses
+// stay whatever the cap does, it cuts no more and grows back. Losses that
+// rise from a low base are congestion, and cut.
+func TestOverloadLossCapToleratesRandomLoss(t *testing.T) {
+	clock := newTestClock()
+	l := newOverloadLimiter(testOverloadOptions(2, 20), clock.now)
+	feedLosses(t, l, clock, 5000, 5)
+	assert.True(t, math.IsInf(l.lossCap, 1), "a fifth of attempts lost: no cut")
+	assert.InDelta(t, 0.2, l.lossBase, 0.05)
+
+	l = newOverloadLimiter(testOverloadOptions(2, 20), clock.now)
+	feedLosses(t, l, clock, 200, 2)
+	assert.False(t, math.IsInf(l.lossCap, 1), "half of attempts lost, from nothing: congestion")
+	l.mu.Lock()
+	assert.True(t, l.sheddingLocked(), "retries only try")
+	l.mu.Unlock()
+	cut := l.lossCap
+	feedLosses(t, l, clock, 3000, 2)
+	assert.Greater(t, l.lossCap, 4*cut, "half lost for 3000 attempts whatever the cap: no more cuts, and +1/cap per success")
+	l.mu.Lock()
+	assert.False(t, l.sheddingLocked(), "retries wait for a slot again")
+	l.mu.Unlock()
+
+	l = newOverloadLimiter(testOverloadOptions(2, 20), clock.now)
+	feedLosses(t, l, clock, 5000, 20)
+	feedLosses(t, l, clock, 100, 1)
+	assert.False(t, math.IsInf(l.lossCap, 1), "from 5% to every attempt lost: congestion")
+}
+
+// feedAt releases n attempts, each sent with k in flight (k-1 others
+// counted beside it, whatever the limit), every one in every lost, one
+// lossWindow apart.
+func feedAt(t *testing.T, l *overloadLimiter, clock *testClock, n, k, every int) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		clock.advance(lossWindow)
+		l.mu.Lock()
+		l.inflight += k - 1
+		s := l.slot(l.takeLocked())
+		l.mu.Unlock()
+		if i%every == 0 {
+			s.release(overloadLoss, 0)
+		} else {
+			s.release(overloadAnswered, time.Millisecond)
+		}
+		l.mu.Lock()
+		l.inflight -= k - 1
+		l.mu.Unlock()
+	}
+}
+
+// Losses that come with concurrency are congestion even when they are few
+// overall: attempts sent with more than MinLimit in flight lost one time in
+// three, those sent with fewer never. Losses as frequent at either level
+// are not, however high.
+func TestOverloadLossCapReadsLossAgainstConcurrency(t *testing.T) {
+	clock := newTestClock()
+	l := newOverloadLimiter(testOverloadOptions(4, 20), clock.now)
+	for range 10 {
+		feedAt(t, l, clock, 20, 2, 1<<30) // at 2 in flight: none lost
+		feedAt(t, l, clock, 20, 10, 3)    // at 10: a third lost
+	}
+	l.mu.Lock()
+	assert.Less(t, l.lossRate, lossFloor, "too few losses overall for the rate alone")
+	assert.True(t, l.congestedLocked(), "lost at 10 in flight, never at 2")
+	l.mu.Unlock()
+
+	l = newOverloadLimiter(testOverloadOptions(4, 20), clock.now)
+	for range 10 {
+		feedAt(t, l, clock, 20, 2, 3)
+		feedAt(t, l, clock, 20, 10, 3)
+	}
+	l.mu.Lock()
+	assert.False(t, l.congestedLocked(), "a third lost at either level: random, not congestion")
+	l.mu.Unlock()
+	assert.True(t, math.IsInf(l.lossCap, 1))
 }

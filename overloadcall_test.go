@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,7 +23,7 @@ func overloadTestOptions(limit int) Options {
 	return Options{
 		Name:     "ovl",
 		Retry:    quickRetry(),
-		Overload: OverloadOptions{Enabled: true, MinLimit: limit, MaxLimit: limit, InitialLimit: limit, MaxQueue: 10, MaxQueueWait: time.Minute},
+		Overload: OverloadOptions{MinLimit: limit, MaxLimit: limit, InitialLimit: limit, MaxQueue: 10, MaxQueueWait: time.Minute},
 	}
 }
 
@@ -133,7 +136,8 @@ func TestOverloadRefusesWhenItCannotWait(t *testing.T) {
 	assert.EqualValues(t, 1, u.requests.Load(), "nothing sent")
 }
 
-// A retry finds the limit full: it is not sent, and the call returns the
+// A retry finds the limit full while the limiter is shedding (it has just
+// refused a first attempt): it is not sent, and the call returns the
 // outcome before it, as when the retry budget refuses; nothing counts
 // against the budget or the breaker.
 func TestOverloadShedsRetriesFirst(t *testing.T) {
@@ -148,6 +152,7 @@ func TestOverloadShedsRetriesFirst(t *testing.T) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	})
 	o := overloadTestOptions(1)
+	o.Overload.MaxQueueWait = 10 * time.Millisecond
 	var c *testClient
 	bDone := make(chan struct{})
 	o.Retry.DelayFunc = func(DelayInfo) time.Duration {
@@ -158,6 +163,10 @@ func TestOverloadShedsRetriesFirst(t *testing.T) {
 			}
 		}()
 		<-bIn
+		// a third call's first attempt waits its MaxQueueWait and is
+		// refused: the limiter is shedding
+		_, err := c.getBounded(t, u.URL()+"/c")
+		assert.ErrorIs(t, err, ErrOverloaded)
 		return 0
 	}
 	c = newTestClient(t, o)
@@ -171,8 +180,10 @@ func TestOverloadShedsRetriesFirst(t *testing.T) {
 	assert.True(t, rep.Shed)
 	assert.False(t, rep.BudgetRefused)
 	shed := c.events.ofKind(EventOverloadShed)
-	require.Len(t, shed, 1)
-	assert.Equal(t, 2, shed[0].Attempt)
+	require.Len(t, shed, 2)
+	assert.Equal(t, 1, shed[0].Attempt, "the third call's")
+	assert.Equal(t, 2, shed[1].Attempt, "the retry, shed at once")
+	assert.Less(t, shed[1].Err.(*OverloadError).Waited, time.Millisecond)
 	assert.Equal(t, CircuitClosed, c.tr.Handler().CircuitState())
 	close(release)
 	<-bDone
@@ -239,7 +250,145 @@ func TestOverloadVisible(t *testing.T) {
 	assert.Equal(t, st, report.Handlers["ovl"].Overload[""])
 	assert.Equal(t, 1, strings.Count(logs.String(), "\n"), logs.String())
 
-	off := newTestClient(t, Options{})
+	on := newTestClient(t, Options{})
+	assert.Equal(t, map[string]OverloadStats{"": {Limit: DefaultOverloadInitialLimit}}, on.tr.Handler().OverloadStats(), "on by default")
+	off := newTestClient(t, Options{Overload: OverloadOptions{Disabled: true}})
 	assert.Nil(t, off.tr.Handler().OverloadStats())
 	assert.Nil(t, CheckHealth(off.tr.Handler()).Handlers["standard"].Overload)
+}
+
+// Random failures are not overload: 32 callers against an upstream that
+// fails the first attempt of every fourth call (a fifth of all attempts are
+// 503s) get every retry they need, and nothing is shed. Before the loss cap
+// tolerated random loss, each 503 cut it towards MinLimit and the retries
+// over it were shed.
+func TestOverloadLeavesRandomFailuresToRetries(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	u := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		mu.Lock()
+		first := !seen[r.URL.Path]
+		seen[r.URL.Path] = true
+		mu.Unlock()
+		var i int
+		_, _ = fmt.Sscanf(r.URL.Path, "/%d", &i)
+		if first && i%4 == 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	c := newTestClient(t, Options{Name: "ovl", Retry: quickRetry()}) // the limiter as it ships
+	const callers, calls = 32, 25
+	var wg sync.WaitGroup
+	var ok atomic.Int64
+	for w := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range calls {
+				resp, err := c.getBounded(t, fmt.Sprintf("%s/%d", u.URL(), w*calls+k))
+				if err == nil && resp.StatusCode == http.StatusOK {
+					ok.Add(1)
+				}
+				if err == nil {
+					readBody(t, resp)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	assert.EqualValues(t, callers*calls, ok.Load(), "every call served, on its retry if it needed one")
+	assert.Empty(t, c.events.ofKind(EventOverloadShed))
+	assert.EqualValues(t, callers*calls*5/4, u.requests.Load())
+}
+
+// A hedged call whose first attempt cannot get a slot within MaxQueueWait
+// fails with ErrOverloaded, and no hedge is sent in its place.
+func TestOverloadRefusesAHedgedCall(t *testing.T) {
+	release := make(chan struct{})
+	u := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	defer close(release)
+	o := overloadTestOptions(1)
+	o.Overload.MaxQueueWait = 20 * time.Millisecond
+	o.Hedging = HedgingOptions{Enabled: true, Delay: time.Millisecond, MaxHedges: 2}
+	c := newTestClient(t, o)
+	go func() {
+		if resp, err := c.getBounded(t, u.URL()); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	require.Eventually(t, func() bool { return u.requests.Load() == 1 }, 5*time.Second, time.Millisecond)
+
+	var rep Report
+	ctx, cancel := context.WithTimeout(WithReport(context.Background(), &rep), 10*time.Second)
+	defer cancel()
+	_, err := c.Do(newTestRequest(t, ctx, http.MethodGet, u.URL(), nil))
+	require.ErrorIs(t, err, ErrOverloaded)
+	var oe *OverloadError
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, 1, oe.Limit)
+	assert.GreaterOrEqual(t, oe.Waited, 20*time.Millisecond, "it waited its MaxQueueWait")
+	assert.EqualValues(t, 1, u.requests.Load(), "neither the refused attempt nor a hedge was sent")
+	assert.Zero(t, rep.Attempts)
+	assert.Equal(t, CircuitClosed, c.tr.Handler().CircuitState(), "a refusal is not the upstream's failure")
+}
+
+// A live Update of Overload takes effect for the next attempt: a new
+// limiter with the new limits, the attempts in flight giving their slots
+// back to the old one; Disabled removes it, and switching it on again
+// starts afresh.
+func TestOverloadUpdate(t *testing.T) {
+	release := make(chan struct{})
+	u := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if r.URL.Path == "/hold" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+	})
+	o := overloadTestOptions(1)
+	o.Overload.MaxQueueWait = time.Millisecond
+	c := newTestClient(t, o)
+	h := c.tr.Handler()
+	held := make(chan error, 1)
+	go func() {
+		resp, err := c.getBounded(t, u.URL()+"/hold")
+		if err == nil {
+			readBody(t, resp)
+		}
+		held <- err
+	}()
+	require.Eventually(t, func() bool { return u.requests.Load() == 1 }, 5*time.Second, time.Millisecond)
+	_, err := c.getBounded(t, u.URL())
+	require.ErrorIs(t, err, ErrOverloaded, "the one slot is held")
+	old := h.shared.policies.Load().overload
+
+	o.Overload.MinLimit, o.Overload.MaxLimit, o.Overload.InitialLimit = 2, 2, 2
+	require.NoError(t, h.Update(o))
+	resp, err := c.getBounded(t, u.URL())
+	require.NoError(t, err, "the new limiter has room")
+	readBody(t, resp)
+	assert.Equal(t, OverloadStats{Limit: 2, Latency: h.OverloadStats()[""].Latency}, h.OverloadStats()[""])
+
+	close(release)
+	require.NoError(t, <-held)
+	assert.Zero(t, old.stats().InFlight, "the held attempt gave its slot back to the old limiter")
+	assert.Zero(t, h.OverloadStats()[""].InFlight, "and took none from the new one")
+
+	o.Overload.Disabled = true
+	require.NoError(t, h.Update(o))
+	assert.Nil(t, h.OverloadStats())
+	o.Overload.Disabled = false
+	require.NoError(t, h.Update(o))
+	assert.Equal(t, OverloadStats{Limit: 2}, h.OverloadStats()[""], "on again: a limiter that learns afresh")
+
+	o.Overload.MinLimit = -1
+	assert.ErrorContains(t, h.Update(o), "Overload.MinLimit (-1): must not be negative")
 }

@@ -36,8 +36,8 @@ type Report struct {
 	CircuitRejected bool
 
 	// Shed reports that the overload limiter refused the call (it ended
-	// with ErrOverloaded) or shed a retry or hedge (it ended on the outcome
-	// before).
+	// with ErrOverloaded) or shed a retry or hedge (a shed retry ends the
+	// call on the outcome before it).
 	Shed bool
 
 	// Endpoint is the authority (scheme://host[:port]) of the last hop's

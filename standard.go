@@ -319,7 +319,7 @@ func (c *call) attempt(now time.Time, waited time.Duration, rt *route) (resp *ht
 	} else if probe, err = s.admit(); err != nil {
 		return nil, c.rejected(err), true
 	}
-	slot, err := c.takeSlot(c.req.Context(), s, c.attempts+1)
+	slot, err := c.takeSlot(c.req.Context(), s, c.attempts+1, true)
 	if err != nil {
 		s.releaseProbe(probe) // nothing was sent
 		var oe *OverloadError

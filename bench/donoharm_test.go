@@ -129,8 +129,8 @@ var dnhVariants = []dnhVariant{
 		o.Fallback.Enabled = true
 		o.Fallback.OnTransient = true
 	}},
-	// the defaults plus issue 19's overload limiter (bench/overload_peers_test.go)
-	{"resilience, overload", func(o *resilience.Options) { *o = withOverload(*o) }},
+	// the defaults before issue 19: its overload limiter off
+	{"resilience, limiter off", func(o *resilience.Options) { o.Overload.Disabled = true }},
 }
 
 // dnhOptions are the standard handler's defaults with time scaled as the
@@ -150,6 +150,8 @@ func dnhOptions() resilience.Options {
 			SamplingDuration: max(resilience.DefaultSamplingDuration/10, 2*attempt),
 			BreakDuration:    resilience.DefaultBreakDuration / 10,
 		},
+		// the queue wait scaled as TotalTimeout is: 1s / 15 = 67ms
+		Overload: resilience.OverloadOptions{MaxQueueWait: resilience.DefaultOverloadMaxQueueWait / 15},
 	}
 }
 

@@ -125,6 +125,8 @@ var faultPeers = []faultPeer{
 				SamplingDuration: faultSampling,
 				BreakDuration:    faultBreak,
 			},
+			// the overload limiter's queue wait, scaled as the total timeout is
+			Overload: resilience.OverloadOptions{MaxQueueWait: resilience.DefaultOverloadMaxQueueWait / 15},
 			OnEvent: func(e resilience.Event) {
 				if e.Kind == resilience.EventCircuitOpened {
 					opens.Add(1)

@@ -46,40 +46,43 @@ var ovlClients = []ovlClient{
 	{"failsafehttp", "failsafehttp: bulkhead, timeout 2s, 3 retries, breaker 0.1 of 100, timeout 200ms (the faults experiment's)", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
 		return faultPeerByName("failsafehttp").new(base, new(atomic.Int64))
 	}},
-	// the handler's current defaults, scaled as in the do-no-harm experiment
-	{"resilience", "the handler's current defaults, scaled (dnhOptions)", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
-		return ovlHandler(base)
-	}},
-	{"adaptivelimiter", "failsafe-go adaptivelimiter, its defaults, alone over the bare transport: no retries", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
-		return &http.Client{Transport: newOVLLimited(base), Timeout: faultTotalTimeout}, nil
-	}},
-	{"resilience+adaptivelimiter", "the handler's defaults with failsafe-go adaptivelimiter gating each attempt (its retries around it)", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
-		return ovlHandler(newOVLLimited(base))
-	}},
-	{"resilience+adaptivethrottler", "the handler's defaults with failsafe-go adaptivethrottler (defaults) gating each attempt", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
-		return ovlHandler(newOVLThrottled(base))
-	}},
-	{"resilience+sre", "the handler's defaults with the SRE throttle (K=2, 2 min window) gating each attempt", func(base http.RoundTripper, seed uint64) (*http.Client, error) {
-		return ovlHandler(newSREThrottle(base, sreK, sreWindow, seed))
-	}},
-
-	// issue 19's limiter: the handler's defaults with Overload on (its
-	// defaults, MaxQueueWait scaled as TotalTimeout is)
-	{"resilience+overload", "the handler's defaults with Overload enabled (issue 19's limiter; MaxQueueWait scaled to 67ms)", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
-		t, err := resilience.NewTransport(base, withOverload(dnhOptions()))
+	// the handler's defaults as they ship (the overload limiter on),
+	// scaled as in the do-no-harm experiment
+	{"resilience", "the handler's defaults, scaled (dnhOptions; the overload limiter on, MaxQueueWait 67ms)", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
+		t, err := resilience.NewTransport(base, dnhOptions())
 		if err != nil {
 			return nil, err
 		}
 		return &http.Client{Transport: t}, nil
 	}},
-}
+	{"adaptivelimiter", "failsafe-go adaptivelimiter, its defaults, alone over the bare transport: no retries", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
+		return &http.Client{Transport: newOVLLimited(base), Timeout: faultTotalTimeout}, nil
+	}},
+	{"resilience+adaptivelimiter", "the handler's defaults (limiter off) with failsafe-go adaptivelimiter gating each attempt (its retries around it)", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
+		return ovlHandler(newOVLLimited(base))
+	}},
+	{"resilience+adaptivethrottler", "the handler's defaults (limiter off) with failsafe-go adaptivethrottler (defaults) gating each attempt", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
+		return ovlHandler(newOVLThrottled(base))
+	}},
+	{"resilience+sre", "the handler's defaults (limiter off) with the SRE throttle (K=2, 2 min window) gating each attempt", func(base http.RoundTripper, seed uint64) (*http.Client, error) {
+		return ovlHandler(newSREThrottle(base, sreK, sreWindow, seed))
+	}},
 
-// withOverload turns issue 19's limiter on in o, its defaults scaled as the
-// faults experiment scales time: MaxQueueWait by TotalTimeout's factor.
-func withOverload(o resilience.Options) resilience.Options {
-	o.Overload.Enabled = true
-	o.Overload.MaxQueueWait = resilience.DefaultOverloadMaxQueueWait / 15
-	return o
+	// the handler's defaults before issue 19: the limiter off
+	{"resilience (limiter off)", "the handler's defaults with Overload.Disabled (before issue 19)", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
+		return ovlHandler(base)
+	}},
+	// the shipped limiter with its unscaled queue wait, 1 s: half the
+	// caller's 2 s deadline (a queue as long as the deadline allows)
+	{"resilience (queue 1s)", "the handler's defaults with Overload.MaxQueueWait 1s, unscaled", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
+		o := dnhOptions()
+		o.Overload.MaxQueueWait = resilience.DefaultOverloadMaxQueueWait
+		t, err := resilience.NewTransport(base, o)
+		if err != nil {
+			return nil, err
+		}
+		return &http.Client{Transport: t}, nil
+	}},
 }
 
 func faultPeerByName(name string) faultPeer {
@@ -92,9 +95,12 @@ func faultPeerByName(name string) faultPeer {
 }
 
 // ovlHandler is the standard handler with the do-no-harm experiment's
-// scaled defaults (dnhOptions), over base.
+// scaled defaults (dnhOptions) and its own overload limiter off, over base:
+// the handler around a peer limiter, and the defaults before issue 19.
 func ovlHandler(base http.RoundTripper) (*http.Client, error) {
-	t, err := resilience.NewTransport(base, dnhOptions())
+	o := dnhOptions()
+	o.Overload.Disabled = true
+	t, err := resilience.NewTransport(base, o)
 	if err != nil {
 		return nil, err
 	}

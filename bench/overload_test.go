@@ -414,6 +414,7 @@ func BenchmarkOverloadNoHarm(b *testing.B) {
 		name              string
 		burstLost         int
 		stepOK, stepCalls int
+		partial           [len(ovlPartialRates)]ovlPartialResult
 	}
 	var rows []row
 	la0 := ovlLoadAvg()
@@ -437,6 +438,9 @@ func BenchmarkOverloadNoHarm(b *testing.B) {
 				r.stepOK++
 			}
 		}
+		for i, p := range ovlPartialRates {
+			r.partial[i] = ovlPartial(b, cl, p)
+		}
 		fmt.Fprintf(os.Stderr, "overload no-harm %-28s burst lost %3d of %d  step3x %d of %d ok\n", cl.name, r.burstLost, ovlBurstCalls, r.stepOK, r.stepCalls)
 		rows = append(rows, r)
 	}
@@ -445,20 +449,89 @@ func BenchmarkOverloadNoHarm(b *testing.B) {
 		"Run %s, %d cores, load before %s, after %s; took %v. `go test -run '^$' -bench BenchmarkOverloadNoHarm -benchtime 1x .` in bench/.\n\n"+
 		"**burst**: %d calls started at once (each in its own goroutine, 2 s deadline) against an httptest server that answers 200 at once; calls that failed. "+
 		"**step3x**: the overload experiment's upstream with %d workers (C = %.0f/s) at %.0f calls/s for 10 s, 3× slower service from 3 s to 7 s: "+
-		"spare capacity all along; calls served, and the loss beside bare's.\n\n"+
-		"| client | burst: calls lost | step3x: ok of calls | step3x: loss beside bare (points) |\n|---|---:|---:|---:|\n",
+		"spare capacity all along; calls served, and the loss beside bare's. "+
+		"**partial N%%**: random failure at concurrency, which the do-no-harm experiment (one caller) cannot show: %d callers, %d calls each, one after another, "+
+		"against an httptest server that takes %v per request and answers N%% of them (seeded, at random) with a 503; calls served and attempts per call.\n\n"+
+		"| client | burst: calls lost | step3x: ok of calls | step3x: loss beside bare (points) |",
 		time.Now().UTC().Format("2006-01-02T15:04Z"), runtime.NumCPU(), la0, ovlLoadAvg(), time.Since(start).Round(time.Second),
-		ovlBurstCalls, 8*ovlWorkers, 8*ovlCapacity, ovlLoad*ovlCapacity)
+		ovlBurstCalls, 8*ovlWorkers, 8*ovlCapacity, ovlLoad*ovlCapacity,
+		ovlPartialCallers, ovlPartialCalls, ovlPartialService)
+	for _, p := range ovlPartialRates {
+		fmt.Fprintf(&sb, " partial %d%%: ok %% | partial %d%%: attempts/call |", p, p)
+	}
+	sb.WriteString("\n|---|---:|---:|---:|" + strings.Repeat("---:|---:|", len(ovlPartialRates)) + "\n")
 	bare := 100 * float64(rows[0].stepOK) / float64(rows[0].stepCalls)
 	for _, r := range rows {
 		pct := 100 * float64(r.stepOK) / float64(r.stepCalls)
-		fmt.Fprintf(&sb, "| %s | %d | %d of %d (%.1f%%) | %.1f |\n", r.name, r.burstLost, r.stepOK, r.stepCalls, pct, bare-pct)
+		fmt.Fprintf(&sb, "| %s | %d | %d of %d (%.1f%%) | %.1f |", r.name, r.burstLost, r.stepOK, r.stepCalls, pct, bare-pct)
+		for _, p := range r.partial {
+			fmt.Fprintf(&sb, " %.1f | %.2f |", 100*float64(p.ok)/float64(p.calls), float64(p.attempts)/float64(p.calls))
+		}
+		sb.WriteString("\n")
 	}
 	fmt.Print(sb.String())
 	if err := os.WriteFile(filepath.Join("results", out), []byte(sb.String()), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N), "ns/op")
+}
+
+// The partial-failure probe: ovlPartialCallers callers in closed loop, more
+// than the limiter's initial limit (20), each making ovlPartialCalls calls
+// against an upstream that fails each request at random with the given
+// percentage.
+const (
+	ovlPartialCallers = 32
+	ovlPartialCalls   = 50
+	ovlPartialService = 2 * time.Millisecond
+)
+
+var ovlPartialRates = [...]int{20, 50}
+
+type ovlPartialResult struct{ ok, calls, attempts int }
+
+// ovlPartial runs the partial-failure probe on a fresh client.
+func ovlPartial(tb testing.TB, cl ovlClient, failPct int) ovlPartialResult {
+	tb.Helper()
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(uint64(failPct), 19))
+	var attempts atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		attempts.Add(1)
+		time.Sleep(ovlPartialService)
+		mu.Lock()
+		fail := rng.IntN(100) < failPct
+		mu.Unlock()
+		if fail {
+			http.Error(w, "blip", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(ovlOKBody)))
+		_, _ = w.Write(ovlOKBody)
+	}))
+	defer srv.Close()
+	transport := loopbackTransport()
+	defer transport.CloseIdleConnections()
+	c, err := cl.new(ovlBase{base: transport, reg: newOVLRegistry()}, 1)
+	if err != nil {
+		tb.Fatalf("%s: %v", cl.name, err)
+	}
+	defer c.CloseIdleConnections()
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for range ovlPartialCallers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range ovlPartialCalls {
+				if ovlDo(c, srv.URL) {
+					ok.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return ovlPartialResult{ok: int(ok.Load()), calls: ovlPartialCallers * ovlPartialCalls, attempts: int(attempts.Load())}
 }
 
 // ovlBurstCalls is the size of the healthy burst (issue 19: 500).

@@ -78,9 +78,13 @@ func Example() {
 				n += p.Count
 			}
 			fmt.Println(m.Name, "count", n)
-		case metricdata.Gauge[int64]: // resilience.circuit.state
+		case metricdata.Gauge[int64]: // resilience.circuit.state, resilience.overload.limit
 			for _, p := range data.DataPoints {
-				fmt.Println(m.Name, resilience.CircuitState(p.Value))
+				if m.Name == "resilience.circuit.state" {
+					fmt.Println(m.Name, resilience.CircuitState(p.Value))
+				} else {
+					fmt.Println(m.Name, p.Value)
+				}
 			}
 		}
 	}
@@ -90,4 +94,5 @@ func Example() {
 	// resilience.attempt.duration count 3
 	// resilience.call.duration count 1
 	// resilience.circuit.state closed
+	// resilience.overload.limit 20
 }

@@ -570,9 +570,9 @@ func TestEndpointsAndCappedHedges(t *testing.T) {
 func TestOverloadLimitGauge(t *testing.T) {
 	r := newRig(t)
 	on, err := resilience.NewHandler(resilience.Options{Name: "on",
-		Overload: resilience.OverloadOptions{Enabled: true, MinLimit: 3, InitialLimit: 5}})
+		Overload: resilience.OverloadOptions{MinLimit: 3, InitialLimit: 5}})
 	require.NoError(t, err)
-	off, err := resilience.NewHandler(resilience.Options{Name: "off"})
+	off, err := resilience.NewHandler(resilience.Options{Name: "off", Overload: resilience.OverloadOptions{Disabled: true}})
 	require.NoError(t, err)
 	require.NoError(t, r.m.Observe(on, off))
 	m, ok := r.collect(t)["resilience.overload.limit"]
