@@ -133,34 +133,3 @@ func (e *callError) Timeout() bool {
 
 // Temporary is kept for net.Error; it reports the same as Timeout.
 func (e *callError) Temporary() bool { return e.Timeout() }
-
-// maxErrorTree bounds how many errors of a tree walkErrors visits, so that
-// a pathological Unwrap cannot make it loop for ever.
-const maxErrorTree = 64
-
-// walkErrors calls f for err and the errors it wraps, depth first, as
-// errors.As would visit them, until f returns true; it reports whether f
-// did.
-func walkErrors(err error, f func(error) bool) bool {
-	stack := []error{err}
-	for seen := 0; len(stack) > 0 && seen < maxErrorTree; seen++ {
-		e := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if e == nil {
-			continue
-		}
-		if f(e) {
-			return true
-		}
-		switch u := e.(type) {
-		case interface{ Unwrap() error }:
-			stack = append(stack, u.Unwrap())
-		case interface{ Unwrap() []error }:
-			errs := u.Unwrap()
-			for i := len(errs) - 1; i >= 0; i-- {
-				stack = append(stack, errs[i])
-			}
-		}
-	}
-	return false
-}

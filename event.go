@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/resilienthttp/resilience/internal/redact"
 )
 
 // EventKind says what happened.
@@ -197,7 +199,7 @@ func (cfg *config) log(e Event) {
 		// with the URL's secrets redacted, escaped and bounded. 4 KiB holds
 		// a bounded circuit-open reason with the call's own words around it.
 		const maxLoggedError = 4 << 10
-		attrs = append(attrs, slog.String("error", safeText(redactedError(e.Err), maxLoggedError)))
+		attrs = append(attrs, slog.String("error", redact.Text(redact.Error(e.Err), maxLoggedError)))
 	}
 	l.LogAttrs(ctx, lvl, "resilience: "+e.Kind.String(), attrs...)
 }

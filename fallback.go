@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/resilienthttp/resilience/internal/headers"
 )
 
 // The fallback layer, outside the whole stack: a GET or HEAD whose call
@@ -215,7 +217,7 @@ func (h *Handler) fallbackNow() time.Time {
 // or Cookie field, whatever the case of its name, or userinfo in its URL.
 func credentialed(req *http.Request) bool {
 	return req.URL.User != nil || opaqueUserinfo(req.URL) != "" ||
-		hasHeader(req.Header, "Authorization") || hasHeader(req.Header, "Cookie")
+		headers.Has(req.Header, "Authorization") || headers.Has(req.Header, "Cookie")
 }
 
 // opaqueUserinfo returns the userinfo of an opaque URL that names its
@@ -244,7 +246,7 @@ func opaqueUserinfo(u *url.URL) string {
 // no-cache or private (with a list of field names) is found like the
 // unqualified form, which the fallback layer treats it as.
 func cacheDirective(h http.Header, name string) (string, bool) {
-	for _, line := range headerValues(h, "Cache-Control") {
+	for _, line := range headers.Values(h, "Cache-Control") {
 		for line != "" {
 			var k, v string
 			k, v, line = nextDirective(line)
@@ -345,7 +347,7 @@ func deltaSeconds(s string) (int64, bool) {
 // it: the first member of the field's list, ignored (0) when it is not a
 // delta-seconds.
 func receivedAge(h http.Header) time.Duration {
-	v, _, _ := strings.Cut(firstValue(h, "Age"), ",")
+	v, _, _ := strings.Cut(headers.First(h, "Age"), ",")
 	s, ok := deltaSeconds(strings.Trim(v, " \t"))
 	if !ok {
 		return 0
@@ -377,7 +379,7 @@ func fallbackKey(cfg *config, req *http.Request) string {
 			sum.Write([]byte("userinfo:" + ui + "\n"))
 		}
 		for _, name := range []string{"Authorization", "Cookie"} {
-			for _, v := range headerValues(req.Header, name) {
+			for _, v := range headers.Values(req.Header, name) {
 				sum.Write([]byte(name + ":" + v + "\n"))
 			}
 		}
@@ -436,7 +438,7 @@ func variantKey(key string, req *http.Request, names []string) string {
 	b.WriteString(key)
 	b.WriteString("\x00vary")
 	for _, n := range names {
-		b.WriteString("\x00" + n + "=" + strings.Join(headerValues(req.Header, n), ","))
+		b.WriteString("\x00" + n + "=" + strings.Join(headers.Values(req.Header, n), ","))
 	}
 	return b.String()
 }
@@ -445,7 +447,7 @@ func variantKey(key string, req *http.Request, names []string) string {
 // sorted, and false for Vary: *.
 func varyNames(resp *http.Response) ([]string, bool) {
 	var names []string
-	for _, line := range headerValues(resp.Header, "Vary") {
+	for _, line := range headers.Values(resp.Header, "Vary") {
 		for _, n := range strings.Split(line, ",") {
 			n = strings.TrimSpace(n)
 			if n == "*" {
@@ -499,7 +501,7 @@ func (c *call) keeper(resp *http.Response) *keeper {
 			return nil
 		}
 	}
-	if hasHeader(resp.Header, "Set-Cookie") {
+	if headers.Has(resp.Header, "Set-Cookie") {
 		return nil
 	}
 	vary, ok := varyNames(resp)
@@ -666,7 +668,7 @@ func (c *call) stale() (resp *http.Response, reason, left error) {
 	if age > bound {
 		return nil, ErrFallbackTooStale, nil
 	}
-	h := canonicalClone(e.Header) // the label and Age replace any spelling of theirs
+	h := headers.CanonicalClone(e.Header) // the label and Age replace any spelling of theirs
 	h.Set(c.cfg.Fallback.Header, "stale")
 	h.Set("Age", strconv.FormatInt(int64(age/time.Second), 10))
 	resp = &http.Response{
@@ -765,13 +767,4 @@ var fallbackFields = fieldSet[FallbackOptions]{
 	"header":            stringField(func(o *FallbackOptions) *string { return &o.Header }),
 	"onTransient":       boolField(func(o *FallbackOptions) *bool { return &o.OnTransient }),
 	"shareCredentialed": boolField(func(o *FallbackOptions) *bool { return &o.ShareCredentialed }),
-}
-
-// firstValue returns the first value of h's field name, whatever the case
-// of its name, or "".
-func firstValue(h http.Header, name string) string {
-	if vs := headerValues(h, name); len(vs) > 0 {
-		return vs[0]
-	}
-	return ""
 }

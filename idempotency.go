@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/resilienthttp/resilience/internal/headers"
 )
 
 // The client half of the idempotency-key protocol (IETF httpapi draft
@@ -109,7 +111,7 @@ func (c *call) keyRequest() {
 // spelling of the name: field names are case-insensitive, and a caller or
 // a proxy may set a map key that is not canonical ("idempotency-key").
 func idempotencyKey(h http.Header, name string) string {
-	if vs := headerValues(h, name); len(vs) > 0 {
+	if vs := headers.Values(h, name); len(vs) > 0 {
 		return vs[0]
 	}
 	return ""

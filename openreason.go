@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/resilienthttp/resilience/internal/redact"
 )
 
 // ErrIsolated is why a circuit held open by Handler.IsolateCircuit is open:
@@ -62,9 +64,9 @@ func describe(resp *http.Response, err error) string {
 	case errors.Is(err, ErrAttemptTimeout):
 		return "attempt timeout"
 	case err != nil:
-		return safeText(redactedError(err), maxFailureText)
+		return redact.Text(redact.Error(err), maxFailureText)
 	case resp != nil:
-		return safeText(resp.Status, maxFailureText)
+		return redact.Text(resp.Status, maxFailureText)
 	}
 	return "failure"
 }
@@ -97,7 +99,7 @@ func (l *failureLog) opened(summary string) error {
 			fmt.Fprintf(&b, "%s (x%d)", d, counts[d])
 		}
 	}
-	l.reason = &openReason{msg: cutText(b.String(), maxReasonText)}
+	l.reason = &openReason{msg: redact.Cut(b.String(), maxReasonText)}
 	return l.reason
 }
 

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/resilienthttp/resilience/internal/redact"
 )
 
 // IsTransient is the standard classification of an attempt's outcome, the
@@ -69,7 +71,7 @@ func transientError(err error) bool {
 // timeouts say they are context.DeadlineExceeded too, and they are failures
 // of the attempt, not the caller's deadline.
 func isContextError(err error) bool {
-	return walkErrors(err, func(e error) bool {
+	return redact.Walk(err, func(e error) bool {
 		return e == context.Canceled || e == context.DeadlineExceeded
 	})
 }
@@ -114,7 +116,7 @@ var requestErrorPrefixes = []string{
 // itself, judged by the start of the message of err or of an error it
 // wraps.
 func isRequestError(err error) bool {
-	return walkErrors(err, func(e error) bool {
+	return redact.Walk(err, func(e error) bool {
 		if _, ok := e.(*url.Error); ok {
 			return false // its message starts with the operation and the URL
 		}

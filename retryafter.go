@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/resilienthttp/resilience/internal/headers"
 )
 
 // ParseRetryAfter reads the value of a Retry-After header (RFC 9110
@@ -48,7 +50,7 @@ func retryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
 	if resp == nil || (resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable) {
 		return 0, false
 	}
-	vs := headerValues(resp.Header, "Retry-After") // a base RoundTripper may not canonicalize
+	vs := headers.Values(resp.Header, "Retry-After") // a base RoundTripper may not canonicalize
 	if len(vs) == 0 || vs[0] == "" {
 		return 0, false
 	}

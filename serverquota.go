@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/resilienthttp/resilience/internal/headers"
 )
 
 // Pacing by the server's own signal. A host (the handler, or each
@@ -319,7 +321,7 @@ func (c *call) attemptAnswered(sentAt time.Time, resp *http.Response) {
 	if resp != nil {
 		h := resp.Header
 		if _, ok := c.base.(*http.Transport); !ok && quotaSpelledOtherwise(h) {
-			h = canonicalClone(h) // net/http's canonicalizes what it reads; another may not
+			h = headers.CanonicalClone(h) // net/http's canonicalizes what it reads; another may not
 		}
 		if resp.StatusCode == http.StatusTooManyRequests || hasQuotaHeaders(h) {
 			q.observe(resp, h, sentAt, time.Now(), c.maxServerWait(), c.cfg.RateLimit.PauseOn429)

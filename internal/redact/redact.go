@@ -1,4 +1,8 @@
-package resilience
+// Package redact makes text from outside the resilience handler (error
+// messages, status lines an upstream chose) fit to keep and to show in
+// reasons, health reports and logs: the secrets of URLs redacted, control
+// characters escaped, the length bounded.
+package redact
 
 import (
 	"fmt"
@@ -10,21 +14,16 @@ import (
 	"unicode/utf8"
 )
 
-// This file makes text from outside the handler (error messages, status
-// lines the upstream chose) fit to keep and to show in reasons, health
-// reports and logs: the secrets of URLs redacted, control characters
-// escaped, the length bounded.
-
-// redactedError returns err's message with the query, fragment and userinfo
+// Error returns err's message with the query, fragment and userinfo
 // of every *url.Error's URL in err's tree redacted, the rest of the message
 // as it was. It finds the URLs by type, not by guessing at the text: each
 // *url.Error's URL is replaced where it appears in the message, as url.Error
 // quotes it and as it is.
-func redactedError(err error) string {
+func Error(err error) string {
 	msg := err.Error()
 	var urls []string
-	walkErrors(err, func(e error) bool {
-		if ue, ok := e.(*url.Error); ok && ue.URL != "" && redactURL(ue.URL) != ue.URL {
+	Walk(err, func(e error) bool {
+		if ue, ok := e.(*url.Error); ok && ue.URL != "" && URL(ue.URL) != ue.URL {
 			urls = append(urls, ue.URL)
 		}
 		return false
@@ -38,18 +37,18 @@ func redactedError(err error) string {
 	sort.Slice(urls, func(i, j int) bool { return len(urls[i]) > len(urls[j]) })
 	pairs := make([]string, 0, 4*len(urls))
 	for _, u := range urls {
-		red := redactURL(u)
+		red := URL(u)
 		pairs = append(pairs, strconv.Quote(u), strconv.Quote(red), u, red)
 	}
 	return strings.NewReplacer(pairs...).Replace(msg)
 }
 
-// redactURL drops the userinfo of a URL and replaces its query and fragment
+// URL drops the userinfo of a URL and replaces its query and fragment
 // with "redacted", keeping the scheme, host and path: enough to say which
 // upstream failed, without the credentials or API keys a URL may carry.
 // (url.URL.Redacted masks only the password.) It works on the text, so that
 // a URL url.Parse would refuse is redacted too.
-func redactURL(s string) string {
+func URL(s string) string {
 	var b strings.Builder
 	rest := s
 	if i := strings.Index(rest, "://"); i >= 0 && !strings.ContainsAny(rest[:i], "/?#") {
@@ -80,12 +79,12 @@ func redactURL(s string) string {
 	return b.String()
 }
 
-// safeText returns s with control characters escaped (a newline as \n, an
+// Text returns s with control characters escaped (a newline as \n, an
 // ANSI escape as \x1b, a bidirectional override as \u202e, a line separator
 // as \u2028) and invalid UTF-8 replaced, so that text an upstream chose
 // cannot forge log lines or terminal output; and cut to at most limit bytes,
-// as cutText does.
-func safeText(s string, limit int) string {
+// as Cut does.
+func Text(s string, limit int) string {
 	clean := true
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c >= 0x7f {
@@ -96,11 +95,11 @@ func safeText(s string, limit int) string {
 	if !clean {
 		s = escapeControls(s, limit)
 	}
-	return cutText(s, limit)
+	return Cut(s, limit)
 }
 
-// escapeControls escapes s as safeText says, stopping once the result is
-// longer than limit, which cutText will cut anyway.
+// escapeControls escapes s as Text says, stopping once the result is
+// longer than limit, which Cut will cut anyway.
 func escapeControls(s string, limit int) string {
 	var b strings.Builder
 	for i := 0; i < len(s) && b.Len() <= limit; {
@@ -129,10 +128,10 @@ func escapeControls(s string, limit int) string {
 // cutMark ends a text that was cut.
 const cutMark = "…"
 
-// cutText returns s if it is at most limit bytes long, and otherwise its
+// Cut returns s if it is at most limit bytes long, and otherwise its
 // longest prefix that ends on a rune boundary and leaves room for cutMark,
 // followed by cutMark: at most limit bytes in all, valid UTF-8 if s was.
-func cutText(s string, limit int) string {
+func Cut(s string, limit int) string {
 	if len(s) <= limit {
 		return s
 	}
@@ -144,4 +143,35 @@ func cutText(s string, limit int) string {
 		n--
 	}
 	return s[:n] + cutMark
+}
+
+// maxErrorTree bounds how many errors of a tree Walk visits, so that
+// a pathological Unwrap cannot make it loop for ever.
+const maxErrorTree = 64
+
+// Walk calls f for err and the errors it wraps, depth first, as
+// errors.As would visit them, until f returns true; it reports whether f
+// did.
+func Walk(err error, f func(error) bool) bool {
+	stack := []error{err}
+	for seen := 0; len(stack) > 0 && seen < maxErrorTree; seen++ {
+		e := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if e == nil {
+			continue
+		}
+		if f(e) {
+			return true
+		}
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			stack = append(stack, u.Unwrap())
+		case interface{ Unwrap() []error }:
+			errs := u.Unwrap()
+			for i := len(errs) - 1; i >= 0; i-- {
+				stack = append(stack, errs[i])
+			}
+		}
+	}
+	return false
 }

@@ -1,4 +1,7 @@
-package resilience
+// Package headers looks up HTTP header fields by name case-insensitively,
+// as RFC 9110 section 5.1 compares them; http.Header's methods look up
+// only the canonical form.
+package headers
 
 import (
 	"net/http"
@@ -6,17 +9,16 @@ import (
 	"strings"
 )
 
-// Header names are case-insensitive (RFC 9110 section 5.1), but
-// http.Header's methods look up only the canonical form: a caller that
-// writes req.Header["authorization"] sends the field, and Header.Get
-// ("Authorization") does not see it. Every decision that depends on a
-// header, a request's or an upstream's, looks it up here instead.
+// A caller that writes req.Header["authorization"] sends the field, and
+// Header.Get("Authorization") does not see it. Every decision of the
+// resilience handler that depends on a header, a request's or an
+// upstream's, looks it up here instead.
 
-// headerValues returns the values of every field of h named name, compared
+// Values returns the values of every field of h named name, compared
 // case-insensitively: those of the canonical key first, then those of the
 // other spellings, in the order of their keys. It allocates only when more
 // than one spelling is present. The result must not be modified.
-func headerValues(h http.Header, name string) []string {
+func Values(h http.Header, name string) []string {
 	vs := h[name]
 	var others []string // the other spellings present, if any
 	for k := range h {
@@ -35,9 +37,9 @@ func headerValues(h http.Header, name string) []string {
 	return out
 }
 
-// hasHeader reports whether h has a field named name, compared
+// Has reports whether h has a field named name, compared
 // case-insensitively, with at least one value.
-func hasHeader(h http.Header, name string) bool {
+func Has(h http.Header, name string) bool {
 	if len(h[name]) > 0 {
 		return true
 	}
@@ -49,17 +51,26 @@ func hasHeader(h http.Header, name string) bool {
 	return false
 }
 
-// canonicalClone returns a copy of h with every name in canonical form, the
+// CanonicalClone returns a copy of h with every name in canonical form, the
 // values of the spellings of one name together, so that Set replaces them
 // all. A header from a store or a RoundTripper other than net/http's may
 // hold names in any case.
-func canonicalClone(h http.Header) http.Header {
+func CanonicalClone(h http.Header) http.Header {
 	out := make(http.Header, len(h))
 	for k := range h {
 		ck := http.CanonicalHeaderKey(k)
 		if _, done := out[ck]; !done {
-			out[ck] = slices.Clone(headerValues(h, ck))
+			out[ck] = slices.Clone(Values(h, ck))
 		}
 	}
 	return out
+}
+
+// First returns the first value of the fields of h named name, compared
+// case-insensitively, or "".
+func First(h http.Header, name string) string {
+	if vs := Values(h, name); len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
 }

@@ -1,4 +1,4 @@
-package resilience
+package headers
 
 import (
 	"net/http"
@@ -22,14 +22,14 @@ func TestHeaderValues(t *testing.T) {
 		"a longer name":         {http.Header{"Authorizations": {"x"}}, nil, false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			assert.Equal(t, tc.want, headerValues(tc.h, "Authorization"))
-			assert.Equal(t, tc.has, hasHeader(tc.h, "Authorization"))
+			assert.Equal(t, tc.want, Values(tc.h, "Authorization"))
+			assert.Equal(t, tc.has, Has(tc.h, "Authorization"))
 		})
 	}
 	h := http.Header{"Authorization": {"a"}}
 	before := append([]string(nil), h["Authorization"]...)
 	h["authorization"] = []string{"b"}
-	_ = append(headerValues(h, "Authorization"), "c")
+	_ = append(Values(h, "Authorization"), "c")
 	assert.Equal(t, before, h["Authorization"], "the header's own slice is not appended to")
 }
 
@@ -37,9 +37,9 @@ func TestHeaderValues(t *testing.T) {
 func TestHeaderValuesCanonicalDoesNotAllocate(t *testing.T) {
 	h := http.Header{"Authorization": {"a"}, "Accept": {"x"}, "User-Agent": {"y"}}
 	assert.Zero(t, testing.AllocsPerRun(100, func() {
-		headerValues(h, "Authorization")
-		headerValues(h, "Cookie")
-		hasHeader(h, "Authorization")
-		hasHeader(h, "Cookie")
+		Values(h, "Authorization")
+		Values(h, "Cookie")
+		Has(h, "Authorization")
+		Has(h, "Cookie")
 	}))
 }
