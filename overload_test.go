@@ -218,22 +218,6 @@ func TestOverloadConfig(t *testing.T) {
 	assert.ErrorContains(t, err, `upstreams.pricing.overload.maxQueue: 0 is not allowed here; omit the field for the default (1000)`)
 }
 
-// feedLosses releases n attempts, every one in every lost (a 503), one
-// lossWindow apart, keeping inflight attempts in flight beside them.
-func feedLosses(t *testing.T, l *overloadLimiter, clock *testClock, n, every int) {
-	t.Helper()
-	for i := 1; i <= n; i++ {
-		clock.advance(lossWindow)
-		s, err := l.acquire(context.Background(), 0, 1)
-		require.NoError(t, err)
-		if i%every == 0 {
-			s.release(overloadLoss, 0)
-		} else {
-			s.release(overloadAnswered, time.Millisecond)
-		}
-	}
-}
-
 // Losses at random are not congestion: 20% of attempts lost never cut the
 // cap; 50% cut it at first, and once the base has learnt that the losses
 // stay whatever the cap does, it cuts no more and grows back. Losses that
@@ -241,26 +225,26 @@ func feedLosses(t *testing.T, l *overloadLimiter, clock *testClock, n, every int
 func TestOverloadLossCapToleratesRandomLoss(t *testing.T) {
 	clock := newTestClock()
 	l := newOverloadLimiter(testOverloadOptions(2, 20), clock.now)
-	feedLosses(t, l, clock, 5000, 5)
+	feedAt(t, l, clock, 5000, 1, 5)
 	assert.True(t, math.IsInf(l.lossCap, 1), "a fifth of attempts lost: no cut")
 	assert.InDelta(t, 0.2, l.lossBase, 0.05)
 
 	l = newOverloadLimiter(testOverloadOptions(2, 20), clock.now)
-	feedLosses(t, l, clock, 200, 2)
+	feedAt(t, l, clock, 200, 1, 2)
 	assert.False(t, math.IsInf(l.lossCap, 1), "half of attempts lost, from nothing: congestion")
 	l.mu.Lock()
 	assert.True(t, l.sheddingLocked(), "retries only try")
 	l.mu.Unlock()
 	cut := l.lossCap
-	feedLosses(t, l, clock, 3000, 2)
+	feedAt(t, l, clock, 3000, 1, 2)
 	assert.Greater(t, l.lossCap, 4*cut, "half lost for 3000 attempts whatever the cap: no more cuts, and +1/cap per success")
 	l.mu.Lock()
 	assert.False(t, l.sheddingLocked(), "retries wait for a slot again")
 	l.mu.Unlock()
 
 	l = newOverloadLimiter(testOverloadOptions(2, 20), clock.now)
-	feedLosses(t, l, clock, 5000, 20)
-	feedLosses(t, l, clock, 100, 1)
+	feedAt(t, l, clock, 5000, 1, 20)
+	feedAt(t, l, clock, 100, 1, 1)
 	assert.False(t, math.IsInf(l.lossCap, 1), "from 5% to every attempt lost: congestion")
 }
 

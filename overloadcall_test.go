@@ -18,6 +18,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// newHeldUpstream is an upstream that holds every request until release is
+// closed or the request's context ends.
+func newHeldUpstream(t *testing.T) (*testUpstream, chan struct{}) {
+	release := make(chan struct{})
+	u := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	return u, release
+}
+
 // overloadTestOptions limit the attempts in flight to limit, and never more.
 func overloadTestOptions(limit int) Options {
 	return Options{
@@ -90,13 +103,7 @@ func TestOverloadSlotEndsAtHeaders(t *testing.T) {
 // once with ErrOverloaded, naming the handler and the limit; never after
 // its deadline.
 func TestOverloadRefusesWhenItCannotWait(t *testing.T) {
-	release := make(chan struct{})
-	u := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	})
+	u, release := newHeldUpstream(t)
 	defer close(release)
 	o := overloadTestOptions(1)
 	o.Overload.MaxQueueWait = time.Millisecond
@@ -191,13 +198,7 @@ func TestOverloadShedsRetriesFirst(t *testing.T) {
 
 // A hedge finds the limit full: it is not sent; the first attempt wins.
 func TestOverloadShedsHedges(t *testing.T) {
-	release := make(chan struct{})
-	u := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	})
+	u, release := newHeldUpstream(t)
 	o := overloadTestOptions(1)
 	o.Hedging = HedgingOptions{Enabled: true, Delay: time.Millisecond, MaxHedges: 1}
 	c := newTestClient(t, o)
@@ -218,13 +219,7 @@ func TestOverloadShedsHedges(t *testing.T) {
 // The limiter's state shows in the health report and in OverloadStats, and
 // a logger gets one record per change of state, not one per refusal.
 func TestOverloadVisible(t *testing.T) {
-	release := make(chan struct{})
-	u := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	})
+	u, release := newHeldUpstream(t)
 	defer close(release)
 	var logs bytes.Buffer
 	o := overloadTestOptions(1)
@@ -306,13 +301,7 @@ func TestOverloadLeavesRandomFailuresToRetries(t *testing.T) {
 // A hedged call whose first attempt cannot get a slot within MaxQueueWait
 // fails with ErrOverloaded, and no hedge is sent in its place.
 func TestOverloadRefusesAHedgedCall(t *testing.T) {
-	release := make(chan struct{})
-	u := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	})
+	u, release := newHeldUpstream(t)
 	defer close(release)
 	o := overloadTestOptions(1)
 	o.Overload.MaxQueueWait = 20 * time.Millisecond

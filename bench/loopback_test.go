@@ -64,14 +64,8 @@ func BenchmarkLoopback(b *testing.B) {
 	srv.Start()
 	defer srv.Close()
 
-	// the peers, and the standard handler with its overload limiter off
-	// (issue 19: its cost when off; "resilience" is the defaults, on)
-	limiterOff := peer{"resilience-limiter-off", func(base http.RoundTripper, o resilience.Options) (*http.Client, error) {
-		o.Overload.Disabled = true
-		return newResilience(base, o)
-	}}
 	for _, conc := range []int{1, 16} {
-		for _, p := range append(slices.Clone(peers), limiterOff) {
+		for _, p := range append(slices.Clone(peers), limiterOffPeer) {
 			b.Run(fmt.Sprintf("conc=%d/peer=%s", conc, p.name), func(b *testing.B) {
 				base := loopbackTransport()
 				defer base.CloseIdleConnections()

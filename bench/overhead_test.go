@@ -2,6 +2,7 @@ package bench
 
 import (
 	"net/http"
+	"slices"
 	"testing"
 
 	"github.com/resilienthttp/resilience"
@@ -11,7 +12,7 @@ import (
 // in-memory base, one request at a time: what a peer adds to a call whose
 // upstream answers at once.
 func BenchmarkOverhead(b *testing.B) {
-	for _, p := range peers {
+	for _, p := range append(slices.Clone(peers), limiterOffPeer) {
 		b.Run("peer="+p.name, func(b *testing.B) {
 			c := mustClient(b, p, memBase{}, resilience.Options{})
 			req, err := http.NewRequest(http.MethodGet, "http://upstream.invalid/items", nil)
@@ -26,21 +27,6 @@ func BenchmarkOverhead(b *testing.B) {
 			}
 		})
 	}
-	// the standard handler with issue 19's overload limiter off (its cost
-	// when off; "resilience" above, the defaults, is its cost when on)
-	b.Run("peer=resilience-limiter-off", func(b *testing.B) {
-		c := mustClient(b, peer{"resilience", newResilience}, memBase{}, resilience.Options{Overload: resilience.OverloadOptions{Disabled: true}})
-		req, err := http.NewRequest(http.MethodGet, "http://upstream.invalid/items", nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := do(c, req); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 }
 
 // BenchmarkOverheadParallel is BenchmarkOverhead from GOMAXPROCS goroutines

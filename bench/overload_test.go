@@ -510,13 +510,8 @@ func ovlPartial(tb testing.TB, cl ovlClient, failPct int) ovlPartialResult {
 		_, _ = w.Write(ovlOKBody)
 	}))
 	defer srv.Close()
-	transport := loopbackTransport()
-	defer transport.CloseIdleConnections()
-	c, err := cl.new(ovlBase{base: transport, reg: newOVLRegistry()}, 1)
-	if err != nil {
-		tb.Fatalf("%s: %v", cl.name, err)
-	}
-	defer c.CloseIdleConnections()
+	c, done := ovlFreshClient(tb, cl)
+	defer done()
 	var ok atomic.Int64
 	var wg sync.WaitGroup
 	for range ovlPartialCallers {
@@ -534,6 +529,22 @@ func ovlPartial(tb testing.TB, cl ovlClient, failPct int) ovlPartialResult {
 	return ovlPartialResult{ok: int(ok.Load()), calls: ovlPartialCallers * ovlPartialCalls, attempts: int(attempts.Load())}
 }
 
+// ovlFreshClient builds cl's client over a fresh loopback transport and the
+// experiment's base; done closes both's idle connections.
+func ovlFreshClient(tb testing.TB, cl ovlClient) (c *http.Client, done func()) {
+	tb.Helper()
+	transport := loopbackTransport()
+	c, err := cl.new(ovlBase{base: transport, reg: newOVLRegistry()}, 1)
+	if err != nil {
+		transport.CloseIdleConnections()
+		tb.Fatalf("%s: %v", cl.name, err)
+	}
+	return c, func() {
+		c.CloseIdleConnections()
+		transport.CloseIdleConnections()
+	}
+}
+
 // ovlBurstCalls is the size of the healthy burst (issue 19: 500).
 const ovlBurstCalls = 500
 
@@ -546,13 +557,8 @@ func ovlBurst(tb testing.TB, cl ovlClient) int {
 		_, _ = w.Write(ovlOKBody)
 	}))
 	defer srv.Close()
-	transport := loopbackTransport()
-	defer transport.CloseIdleConnections()
-	c, err := cl.new(ovlBase{base: transport, reg: newOVLRegistry()}, 1)
-	if err != nil {
-		tb.Fatalf("%s: %v", cl.name, err)
-	}
-	defer c.CloseIdleConnections()
+	c, done := ovlFreshClient(tb, cl)
+	defer done()
 	var lost atomic.Int64
 	var wg sync.WaitGroup
 	gate := make(chan struct{})

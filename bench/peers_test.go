@@ -36,6 +36,14 @@ var peers = []peer{
 	{"retryablehttp", newRetryable},
 }
 
+// limiterOffPeer is the standard handler with issue 19's overload limiter
+// off: beside "resilience" (the defaults, limiter on) in BenchmarkOverhead
+// and BenchmarkLoopback, what the limiter costs.
+var limiterOffPeer = peer{"resilience-limiter-off", func(base http.RoundTripper, o resilience.Options) (*http.Client, error) {
+	o.Overload.Disabled = true
+	return newResilience(base, o)
+}}
+
 // newBare is the base alone, behind a plain http.Client.
 func newBare(base http.RoundTripper, _ resilience.Options) (*http.Client, error) {
 	return &http.Client{Transport: base}, nil
