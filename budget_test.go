@@ -2,7 +2,6 @@ package resilience
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -37,88 +36,6 @@ func budgetRun(t *testing.T, tr http.RoundTripper, url string, workers, calls in
 	}
 	wg.Wait()
 	return ok.Load()
-}
-
-func TestRetryBudgetBucket(t *testing.T) {
-	b := newRetryBudget(10, 0.1, 4)
-	retry := func(failed bool) {
-		t.Helper()
-		require.True(t, b.claim(), "a token to claim")
-		b.record(false, failed)
-	}
-	assert.True(t, b.allow(), "full at first")
-	for range 100 {
-		b.record(true, true)
-	}
-	assert.Equal(t, 10.0, b.level(), "a first attempt's failure costs nothing")
-	for range 9 {
-		retry(true)
-	}
-	assert.Equal(t, 1.0, b.level(), "a failed retry takes a token")
-	assert.True(t, b.allow(), "one token left: one more retry")
-	retry(true)
-	assert.False(t, b.allow(), "empty")
-	assert.False(t, b.claim())
-	b.record(true, false)
-	assert.InDelta(t, 0.1, b.level(), 1e-9, "a first attempt that succeeds puts back TokenRatio")
-	assert.False(t, b.allow())
-	b.claimAnyway()
-	b.record(false, false)
-	assert.InDelta(t, 4.1, b.level(), 1e-9, "a retry that succeeds puts back RetrySuccessTokens")
-	assert.True(t, b.allow())
-	for range 4 {
-		retry(true)
-	}
-	b.claimAnyway() // 0.1 left: a retry that must be made anyway
-	b.record(false, true)
-	assert.Zero(t, b.level(), "never below empty")
-	for range 1000 {
-		b.record(true, false)
-	}
-	assert.Equal(t, 10.0, b.level(), "never above full")
-
-	// Claims in flight hold their tokens until their outcome is recorded.
-	for range 10 {
-		require.True(t, b.claim())
-	}
-	assert.False(t, b.claim(), "every token is claimed")
-	assert.False(t, b.allow())
-	b.release()
-	assert.True(t, b.claim(), "a released claim frees its token")
-	for range 10 {
-		b.record(false, false)
-	}
-	assert.True(t, b.allow())
-
-	// Concurrent use keeps the count exact.
-	b = newRetryBudget(1000, 0.5, 4)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 100 {
-				if b.claim() {
-					b.record(false, true)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	assert.Equal(t, 200.0, b.level())
-	assert.True(t, b.allow())
-}
-
-func TestRetryBudgetRefusalSaysWhy(t *testing.T) {
-	b := newRetryBudget(10, 0.1, 4)
-	for range 10 {
-		b.claim()
-		b.record(false, true)
-	}
-	cause := errors.New("503 Service Unavailable")
-	err := b.refusal(cause)
-	assert.Equal(t, "retry budget exhausted (0.0 tokens): recent retries failed; not retried: 503 Service Unavailable", err.Error())
-	assert.ErrorIs(t, err, cause)
 }
 
 // With every call failing, the budget stops retrying after a handful of
@@ -205,10 +122,10 @@ func TestRetryBudgetOptionsInvalid(t *testing.T) {
 	}
 	h, err := NewHandler(Options{RetryBudget: RetryBudgetOptions{MaxTokens: 1000, TokenRatio: 1}})
 	require.NoError(t, err)
-	assert.Equal(t, 1000.0, h.budget.level())
+	assert.Equal(t, 1000.0, h.budget.Level())
 	h, err = NewHandler(Options{})
 	require.NoError(t, err)
-	assert.Equal(t, float64(DefaultBudgetTokens), h.budget.level())
+	assert.Equal(t, float64(DefaultBudgetTokens), h.budget.Level())
 }
 
 // A sparse caller whose every call needs two retries is never refused: its
@@ -275,7 +192,7 @@ func TestRetryBudgetBurstOfSimultaneousFailures(t *testing.T) {
 	ok := budgetRun(t, tr, srv.URL, callers, 1)
 	assert.EqualValues(t, callers, ok)
 	assert.Zero(t, rec.count(EventBudgetExceeded), "no retry of the burst was refused")
-	assert.Equal(t, float64(DefaultBudgetTokens), h.budget.level())
+	assert.Equal(t, float64(DefaultBudgetTokens), h.budget.Level())
 }
 
 // An upstream failing 70% of attempts at random is not down: retries that
@@ -371,8 +288,8 @@ func TestRetryBudgetBoundsSlowFailingRetries(t *testing.T) {
 	budgetRun(t, tr, srv.URL, callers, 1)
 	assert.LessOrEqual(t, hits.Load(), int64(callers+DefaultBudgetTokens),
 		"64 first attempts and at most MaxTokens retries, not 64 x 4")
-	assert.Zero(t, h.budget.level())
-	assert.True(t, h.budget.inflight.Load() == 0, "every claim settled")
+	assert.Zero(t, h.budget.Level())
+	assert.True(t, h.budget.InFlight() == 0, "every claim settled")
 }
 
 // The budget is asked again when a retry's wait ends: retries that failed
@@ -426,13 +343,6 @@ func TestRetryBudgetAskedAgainAfterTheWait(t *testing.T) {
 	assert.Equal(t, 2, rec.count(EventBudgetExceeded), "b's second retry, and a after its wait")
 }
 
-func TestRetryBudgetRefusalIsErrBudgetExhausted(t *testing.T) {
-	b := newRetryBudget(1, 0.1, 4)
-	assert.ErrorIs(t, b.refusal(nil), ErrBudgetExhausted)
-	assert.ErrorIs(t, b.refusal(io.ErrUnexpectedEOF), ErrBudgetExhausted)
-	assert.ErrorIs(t, b.refusal(io.ErrUnexpectedEOF), io.ErrUnexpectedEOF)
-}
-
 // Issue 18, item 8: speculative hedges are not the retry budget's to count
 // or refuse (MaxExtraLoad bounds them): 16 concurrent callers with 3 hedges
 // each, every attempt held until all 64 have arrived and then answered
@@ -483,36 +393,7 @@ func TestRetryBudgetLeavesSuccessfulHedgesAlone(t *testing.T) {
 	assert.Zero(t, rec.count(EventBudgetExceeded), "no hedge refused by the budget")
 	assert.EqualValues(t, callers*(1+hedges), arrived.Load())
 	assert.Equal(t, callers*hedges, rec.count(EventHedge))
-	assert.Equal(t, float64(DefaultBudgetTokens), tr.Handler().budget.level(), "nothing failed: the bucket is full")
-}
-
-// Issue 18, item 8: a refusal states the reason that is true of the budget
-// when it refused: tokens taken by failed retries, or tokens all claimed by
-// retries still in flight (nothing has failed yet).
-func TestRetryBudgetRefusalReasonIsTrue(t *testing.T) {
-	b := newRetryBudget(2, 0.1, 4)
-	require.True(t, b.claim())
-	require.True(t, b.claim())
-	require.False(t, b.claim())
-	assert.Equal(t, "retry budget exhausted (2.0 tokens): every whole token is claimed by one of the 2 retries in flight", b.refusal(nil).Error())
-	b.record(false, true) // one fails: 1 token left, claimed by the other
-	require.False(t, b.allow())
-	assert.NotContains(t, b.refusal(nil).Error(), "failed")
-	b.record(false, true) // the other fails too: nothing left
-	require.False(t, b.claim())
-	assert.Equal(t, "retry budget exhausted (0.0 tokens): recent retries failed", b.refusal(nil).Error())
-	b.claimAnyway()
-	assert.Equal(t, "retry budget exhausted (0.0 tokens, 1 retries in flight): recent retries failed", b.refusal(nil).Error())
-	b.release()
-
-	// What the loop reports is the budget as it stood when it decided.
-	b = newRetryBudget(1, 0.1, 4)
-	require.True(t, b.claim())
-	why := b.take()
-	require.NotNil(t, why)
-	b.release() // the retry in flight settles before the refusal is read
-	assert.Contains(t, why.Error(), "claimed by one of the 1 retries in flight")
-	assert.Nil(t, b.refuses())
+	assert.Equal(t, float64(DefaultBudgetTokens), tr.Handler().budget.Level(), "nothing failed: the bucket is full")
 }
 
 // Issue 18, item 8: through the retry loop: call a's retry holds the one

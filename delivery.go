@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/resilienthttp/resilience/internal/httpbody"
 )
 
 // delivery is the state of the response handed to the caller, whose body is
@@ -28,13 +30,13 @@ var errDrainTimeout = errors.New("resilience: drain timeout")
 func (c *call) discard(resp *http.Response) *http.Response {
 	c.mu.Lock()
 	now := time.Now()
-	at, cause := now.Add(maxDrainTime), errDrainTimeout
+	at, cause := now.Add(httpbody.MaxDrainTime), errDrainTimeout
 	if !c.totalAt.IsZero() && c.totalAt.Before(at) {
 		at, cause = c.totalAt, ErrTotalTimeout
 	}
 	c.armLocked(at, cause, now)
 	c.mu.Unlock()
-	kept := drainKeeping(resp)
+	kept := httpbody.DrainKeeping(resp)
 	c.mu.Lock()
 	c.armLocked(time.Time{}, nil, now)
 	cancel := c.cancel

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/resilienthttp/resilience/internal/budget"
 )
 
 // A Handler is the resilience stack of one upstream: its circuit breaker,
@@ -22,8 +24,8 @@ type Handler struct {
 	shared *hostState // the state of every call; nil with PerHost
 	hosts  *hostTable // a state per authority; nil without PerHost
 
-	budget   *retryBudget // kept while RetryBudget.Disabled, so that Update can turn it on and off
-	timers   sync.Pool    // *timerSlot, reused from call to call
+	budget   *budget.Budget // kept while RetryBudget.Disabled, so that Update can turn it on and off
+	timers   sync.Pool      // *timerSlot, reused from call to call
 	isolated atomic.Bool
 
 	fbStore *lruStore        // the built-in fallback store, bounded by the current Fallback.MaxBytes
@@ -48,7 +50,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	h.timers.New = newTimerSlot
 	h.fbStore = newLRUStore(cfg.Fallback.MaxBytes)
 	rb := cfg.RetryBudget
-	h.budget = newRetryBudget(rb.MaxTokens, rb.TokenRatio, rb.RetrySuccessTokens)
+	h.budget = budget.New(rb.MaxTokens, rb.TokenRatio, rb.RetrySuccessTokens)
 	if cfg.PerHost.Enabled {
 		h.hosts = newHostTable(h)
 	} else {

@@ -6,6 +6,10 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/resilienthttp/resilience/internal/httpbody"
+
+	"github.com/resilienthttp/resilience/internal/budget"
 )
 
 // Hedging, in place of the retry layer: the first attempt goes out, and
@@ -85,11 +89,11 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 	c.mu.Unlock()
 
 	c.repeatable = (c.keyed && cfg.Idempotency.Hedge) || cfg.methods.repeatable(c.req, c.over)
-	if err := c.body.prepare(c.req, c.repeatable, cfg.MaxBufferedBody); err != nil {
+	if err := c.body.Prepare(c.req, c.repeatable, cfg.MaxBufferedBody); err != nil {
 		return nil, c.errorf(nil, err, "")
 	}
 	hedges := 0
-	if c.repeatable && c.body.replayable() {
+	if c.repeatable && c.body.Replayable() {
 		hedges = cfg.Hedging.MaxHedges
 	}
 	delay := c.hedgeDelay()
@@ -117,7 +121,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		var getBody func() (io.ReadCloser, error)
 		if refused == nil {
 			var err error
-			if body, getBody, err = c.body.next(); err != nil {
+			if body, getBody, err = c.body.Next(); err != nil {
 				if t.admitted {
 					t.s.releaseProbe(t.probe)
 				}
@@ -130,7 +134,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		running++
 		if refused != nil { // every endpoint's circuit refused: nothing to send
 			if claimed {
-				c.budget().release()
+				c.budget().Release()
 			}
 			results <- hedgeOutcome{n: n, kind: outcomeRejected, err: refused}
 			return nil
@@ -168,10 +172,10 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 				return false
 			}
 		} else if b := c.budget(); b != nil {
-			if why := b.take(); why != nil {
+			if why := b.Take(); why != nil {
 				if !reported {
 					reported = true
-					c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(attempts) + 1, Err: why.of(nil)})
+					c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(attempts) + 1, Err: why.Of(nil)})
 				}
 				refused = true
 				return false
@@ -181,7 +185,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		c.emit(Event{Kind: EventHedge, Attempt: len(attempts) + 1, Delay: delay})
 		if err := launch(delay, claimed); err != nil {
 			if claimed {
-				c.budget().release()
+				c.budget().Release()
 			}
 			return false
 		}
@@ -278,10 +282,10 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 	// first attempt and those hedges, not the speculative ones.
 	settle := func() {
 		if t.claimed {
-			c.budget().release()
+			c.budget().Release()
 		}
 	}
-	var rb *retryBudget
+	var rb *budget.Budget
 	if n == 1 || t.claimed {
 		rb = c.budget()
 	}
@@ -380,7 +384,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 // waits for them. With grace (the call has its answer), each loser is
 // unlinked from the call context, whose end (the winner's body closed)
 // would otherwise cancel it mid-response and close its connection: a loser
-// still waiting for its headers has maxDrainTime to get them, its body is
+// still waiting for its headers has httpbody.MaxDrainTime to get them, its body is
 // drained as a retried response's is, bounded, and only then is its context
 // cancelled. Without grace (the deadline passed, or the caller left) the
 // attempts still running are cancelled at once.
@@ -408,7 +412,7 @@ func (c *call) settle(attempts []*hedgeAttempt, results <-chan hedgeOutcome, run
 		}
 		var expired <-chan time.Time
 		if grace && running > 0 {
-			t := time.NewTimer(maxDrainTime)
+			t := time.NewTimer(httpbody.MaxDrainTime)
 			defer t.Stop()
 			expired = t.C
 		}
@@ -440,11 +444,11 @@ func (c *call) discardLoser(a *hedgeAttempt, o *hedgeOutcome) {
 }
 
 // discardOutcome drains and closes a response that lost, bounded in bytes
-// like a retried one and in time by closing it when maxDrainTime passes.
+// like a retried one and in time by closing it when httpbody.MaxDrainTime passes.
 func (c *call) discardOutcome(o *hedgeOutcome) {
 	if o.resp != nil {
-		t := time.AfterFunc(maxDrainTime, func() { o.resp.Body.Close() })
-		drain(o.resp)
+		t := time.AfterFunc(httpbody.MaxDrainTime, func() { o.resp.Body.Close() })
+		httpbody.Drain(o.resp)
 		t.Stop()
 	}
 }

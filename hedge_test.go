@@ -236,7 +236,7 @@ func TestHedgeBudget(t *testing.T) {
 	assert.Equal(t, []int64{3, 5, 6}, hits)
 	assert.Equal(t, 3, rec.count(EventHedge))
 	assert.Equal(t, 2, rec.count(EventBudgetExceeded))
-	assert.Zero(t, tr.Handler().budget.level())
+	assert.Zero(t, tr.Handler().budget.Level())
 }
 
 func TestHedgeTotalTimeoutAndCircuit(t *testing.T) {
@@ -293,7 +293,10 @@ func TestHedgeBudgetRefusalReportedOncePerCall(t *testing.T) {
 	o.Hedging.MaxHedges = 3
 	h, err := NewHandler(o)
 	require.NoError(t, err)
-	h.budget.tokens.Store(0) // an empty budget: every retry is refused
+	for h.budget.Level() > 0 { // an empty budget: every retry is refused
+		h.budget.ClaimAnyway()
+		h.budget.Record(false, true)
+	}
 	tr := h.Transport(&http.Transport{})
 	defer tr.CloseIdleConnections()
 
@@ -319,7 +322,7 @@ func TestHedgeWinnerDoesNotWaitForLoserDrain(t *testing.T) {
 	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n.Add(1) == 1 {
-			// A 503 whose body trickles: draining it takes maxDrainTime.
+			// A 503 whose body trickles: draining it takes httpbody.MaxDrainTime.
 			w.WriteHeader(http.StatusServiceUnavailable)
 			w.(http.Flusher).Flush()
 			select {

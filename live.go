@@ -100,7 +100,7 @@ func (h *Handler) commit(cfg *config) {
 	// host built from the old ones is in the table before hosts.all runs.
 	h.cfg.Store(cfg)
 	rb := cfg.RetryBudget
-	h.budget.set(rb.MaxTokens, rb.TokenRatio, rb.RetrySuccessTokens)
+	h.budget.Set(rb.MaxTokens, rb.TokenRatio, rb.RetrySuccessTokens)
 	h.fbStore.resize(cfg.Fallback.MaxBytes)
 	if h.shared != nil {
 		h.shared.reconfigure(cfg)

@@ -338,18 +338,18 @@ func TestUpdateKeepsBudgetIsolationAndHosts(t *testing.T) {
 			return up.hits.Load() - hits
 		}
 		require.EqualValues(t, 4, call())
-		require.Equal(t, 2.0, h.budget.level(), "three failed retries spent three of five tokens")
+		require.Equal(t, 2.0, h.budget.Level(), "three failed retries spent three of five tokens")
 
 		o.Retry.MaxRetries = 2
 		o.RetryBudget.TokenRatio = 0.5
 		require.NoError(t, h.Update(o))
-		assert.Equal(t, 2.0, h.budget.level(), "the tokens are kept")
+		assert.Equal(t, 2.0, h.budget.Level(), "the tokens are kept")
 
 		o.RetryBudget.MaxTokens = 1
 		require.NoError(t, h.Update(o))
-		assert.Equal(t, 1.0, h.budget.level(), "at most the new MaxTokens")
+		assert.Equal(t, 1.0, h.budget.Level(), "at most the new MaxTokens")
 		require.EqualValues(t, 2, call(), "one token: one retry")
-		require.Zero(t, h.budget.level())
+		require.Zero(t, h.budget.Level())
 
 		o.RetryBudget.Disabled = true
 		require.NoError(t, h.Update(o))

@@ -239,7 +239,7 @@ func TestLiveConfigurationConcurrentWithCalls(t *testing.T) {
 			bg.Wait()
 			note()
 
-			assert.Zero(t, h.budget.inflight.Load(), "every budget claim settled")
+			assert.Zero(t, h.budget.InFlight(), "every budget claim settled")
 			require.Greater(t, len(seen), 2)
 			for p := range seen {
 				if p.bulkhead == nil {

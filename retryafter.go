@@ -1,9 +1,6 @@
 package resilience
 
 import (
-	"math"
-	"net/http"
-	"strings"
 	"time"
 
 	"github.com/resilienthttp/resilience/internal/headers"
@@ -15,44 +12,5 @@ import (
 // and whether the value was valid. A date in the past means no wait; a
 // value too large for a time.Duration is clamped to the largest one.
 func ParseRetryAfter(value string, now time.Time) (time.Duration, bool) {
-	value = strings.TrimSpace(value)
-	if value == "" {
-		return 0, false
-	}
-	if isDigits(value) {
-		var secs int64
-		for i := 0; i < len(value); i++ {
-			secs = secs*10 + int64(value[i]-'0')
-			if secs > math.MaxInt64/int64(time.Second) {
-				return time.Duration(math.MaxInt64), true
-			}
-		}
-		return time.Duration(secs) * time.Second, true
-	}
-	t, err := http.ParseTime(value)
-	if err != nil {
-		return 0, false
-	}
-	return max(0, t.Sub(now)), true
-}
-
-func isDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// retryAfter returns the wait a 429 or 503 response asks for, if it asks.
-func retryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
-	if resp == nil || (resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable) {
-		return 0, false
-	}
-	vs := headers.Values(resp.Header, "Retry-After") // a base RoundTripper may not canonicalize
-	if len(vs) == 0 || vs[0] == "" {
-		return 0, false
-	}
-	return ParseRetryAfter(vs[0], now)
+	return headers.ParseRetryAfter(value, now)
 }

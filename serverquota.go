@@ -2,7 +2,6 @@ package resilience
 
 import (
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,7 +11,7 @@ import (
 
 // Pacing by the server's own signal. A host (the handler, or each
 // authority with PerHost) keeps what its responses said of its quota
-// (quotaheaders.go reads them): how many calls are left until the window
+// (internal/headers reads them): how many calls are left until the window
 // resets, and a pause after a 429 with Retry-After (one that announces the
 // quota too, or any with RateLimitOptions.PauseOn429). Admission takes one of
 // the calls left, and a call over the quota waits for the reset or fails at
@@ -134,10 +133,10 @@ func (q *serverQuota) pauseFor(now time.Time, d time.Duration) {
 // does (RateLimitOptions.PauseOn429). No pause or reset is kept longer than
 // most.
 func (q *serverQuota) observe(resp *http.Response, h http.Header, sentAt, now time.Time, most time.Duration, anyTooMany bool) {
-	r, announced := readServerQuota(h, now)
+	r, announced := headers.ReadQuota(h, now)
 	var pause time.Duration
 	if resp.StatusCode == http.StatusTooManyRequests && (announced || anyTooMany) {
-		if d, ok := retryAfter(resp, now); ok && d > 0 {
+		if d, ok := headers.RetryAfter(resp, now); ok && d > 0 {
 			pause = min(d, most)
 			q.pauseFor(now, pause)
 		}
@@ -168,92 +167,54 @@ func (q *serverQuota) yield(until time.Time) {
 // sent at sentAt, and counts that attempt's end: under q.mu, so that an
 // answer never finds an attempt gone from sending whose own answer it has
 // not yet seen.
-func (q *serverQuota) update(r quotaReading, sentAt, now time.Time, most time.Duration) {
+func (q *serverQuota) update(r headers.Quota, sentAt, now time.Time, most time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.sending.Add(-1)
 	q.active.Store(true)
-	r.reset, r.window = min(r.reset, most), min(r.window, most)
+	r.Reset, r.Window = min(r.Reset, most), min(r.Window, most)
 	switch {
-	case r.limit > 0:
-		q.limit, q.limitSaid = r.limit, true
+	case r.Limit > 0:
+		q.limit, q.limitSaid = r.Limit, true
 	case !q.limitSaid:
-		q.limit = max(q.limit, r.remaining+1)
+		q.limit = max(q.limit, r.Remaining+1)
 	}
 	switch {
-	case r.window > 0:
-		q.window, q.windowSaid = r.window, true
-	case !q.windowSaid && r.hasReset:
-		q.window = max(q.window, r.reset)
+	case r.Window > 0:
+		q.window, q.windowSaid = r.Window, true
+	case !q.windowSaid && r.HasReset:
+		q.window = max(q.window, r.Reset)
 	}
 	q.rollLocked(now)
 	if sentAt.Before(q.started) {
 		return // the answer to an attempt of a window that has ended
 	}
-	if !r.hasReset {
-		q.remaining = min(q.remaining, r.remaining) // nothing to wait for unless a window is known
+	if !r.HasReset {
+		q.remaining = min(q.remaining, r.Remaining) // nothing to wait for unless a window is known
 		return
 	}
-	ends, slack := now.Add(r.reset), q.window/2
+	ends, slack := now.Add(r.Reset), q.window/2
 	switch {
 	case q.resetAt.IsZero() || ends.After(q.resetAt.Add(slack)):
 		// A window this client has not counted in: what is left, less the
 		// attempts on their way, which the server may not have counted.
 		q.resetAt, q.predicted = ends, false
-		q.remaining = r.remaining - q.sending.Load()
-		q.anchorLeft, q.anchorAt = r.remaining, now
+		q.remaining = r.Remaining - q.sending.Load()
+		q.anchorLeft, q.anchorAt = r.Remaining, now
 		return
 	case ends.Before(q.resetAt.Add(-slack)):
 		return // the answer of an earlier window
 	}
-	if sentAt.Before(q.anchorAt) && r.remaining > q.anchorLeft {
+	if sentAt.Before(q.anchorAt) && r.Remaining > q.anchorLeft {
 		// On its way when the window was first seen, and so taken off it,
 		// but counted before that answer (the server's figure only falls
 		// within a window): it was in the figure already.
 		q.remaining++
 	}
-	q.remaining = min(q.remaining, r.remaining)
+	q.remaining = min(q.remaining, r.Remaining)
 	if q.predicted || ends.Before(q.resetAt) {
 		q.resetAt, q.predicted = ends, false
 	}
-}
-
-// quotaSpelledOtherwise reports whether h names a field that
-// readServerQuota reads in another spelling than the canonical one, as a
-// base RoundTripper other than net/http's may ("ratelimit"). It compares
-// only names of the lengths of those fields: a response costs a pass over
-// its names and no allocation.
-func quotaSpelledOtherwise(h http.Header) bool {
-	for k := range h {
-		var names []string
-		switch len(k) {
-		case len("Date"):
-			names = []string{"Date"}
-		case len("Ratelimit"):
-			names = []string{"Ratelimit"}
-		case len("Ratelimit-Reset"): // and Ratelimit-Limit
-			names = []string{"Ratelimit-Reset", "Ratelimit-Limit"}
-		case len("Ratelimit-Policy"):
-			names = []string{"Ratelimit-Policy"}
-		case len("X-Ratelimit-Reset"): // and X-Ratelimit-Limit
-			names = []string{"X-Ratelimit-Reset", "X-Ratelimit-Limit"}
-		case len("Ratelimit-Remaining"):
-			names = []string{"Ratelimit-Remaining"}
-		case len("X-Ratelimit-Remaining"):
-			names = []string{"X-Ratelimit-Remaining"}
-		}
-		for _, n := range names {
-			if k != n && strings.EqualFold(k, n) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// hasQuotaHeaders reports whether h may announce a quota.
-func hasQuotaHeaders(h http.Header) bool {
-	return len(h["Ratelimit"]) > 0 || len(h["Ratelimit-Remaining"]) > 0 || len(h["X-Ratelimit-Remaining"]) > 0
 }
 
 // followsServer reports whether the call follows the server's quota.
@@ -320,10 +281,10 @@ func (c *call) attemptAnswered(sentAt time.Time, resp *http.Response) {
 	q := &c.s.quota
 	if resp != nil {
 		h := resp.Header
-		if _, ok := c.base.(*http.Transport); !ok && quotaSpelledOtherwise(h) {
+		if _, ok := c.base.(*http.Transport); !ok && headers.QuotaSpelledOtherwise(h) {
 			h = headers.CanonicalClone(h) // net/http's canonicalizes what it reads; another may not
 		}
-		if resp.StatusCode == http.StatusTooManyRequests || hasQuotaHeaders(h) {
+		if resp.StatusCode == http.StatusTooManyRequests || headers.HasQuota(h) {
 			q.observe(resp, h, sentAt, time.Now(), c.maxServerWait(), c.cfg.RateLimit.PauseOn429)
 			return
 		}

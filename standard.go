@@ -4,10 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/resilienthttp/resilience/internal/headers"
+
+	"github.com/resilienthttp/resilience/internal/httpbody"
+
+	"github.com/resilienthttp/resilience/internal/budget"
 )
 
 // The standard stack, outermost first: admission (concurrency and rate, in
@@ -25,7 +32,7 @@ type call struct {
 	base http.RoundTripper
 	req  *http.Request
 	over *overrides // the request's overrides, if any
-	body requestBody
+	body httpbody.Replay
 
 	admission // admission.go
 	retrying
@@ -53,7 +60,7 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 		return nil, fmt.Errorf("resilience: handler %q: nil Request.URL", cfg.Name)
 	}
 	c := &call{h: h, cfg: cfg, s: h.stateFor(req), base: base, req: req}
-	c.body.orig = req.Body // closed at the end if no attempt sends it
+	c.body.Hold(req.Body) // closed at the end if no attempt sends it
 	c.attemptLimit, c.totalLimit = max(0, cfg.AttemptTimeout), max(0, cfg.TotalTimeout)
 	if o := overridesFrom(req.Context()); o != nil {
 		c.over = o
@@ -71,7 +78,7 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 	}
 	queued, err := c.admit()
 	if err != nil {
-		c.body.close()
+		c.body.Close()
 		c.ended(now, nil, err)
 		c.finish()
 		return nil, err
@@ -86,7 +93,7 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 		}
 		resp, err = c.run(first)
 	}
-	c.body.close()
+	c.body.Close()
 	c.ended(now, resp, err)
 	if err != nil {
 		c.finish()
@@ -124,7 +131,7 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		resp, err, final := c.attempt(now, waited, rt)
 		if final {
 			if n > 1 && c.budget() != nil {
-				c.budget().release() // never judged: its claim says nothing
+				c.budget().Release() // never judged: its claim says nothing
 			}
 			if se, ok := err.(*shedError); ok {
 				if prevResp == nil && prevErr == nil {
@@ -137,7 +144,7 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		if rt != nil {
 			rt.ended(rt.last, err) // an endpoint's own failure drops it from the call
 		}
-		if !c.repeatable || n > cfg.Retry.MaxRetries || !c.body.replayable() || !c.retryable || (rt != nil && !rt.left()) {
+		if !c.repeatable || n > cfg.Retry.MaxRetries || !c.body.Replayable() || !c.retryable || (rt != nil && !rt.left()) {
 			return c.result(resp, err)
 		}
 		// A Retry-After is the answering server's: a retry sent to another
@@ -146,8 +153,8 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		if !ok {
 			return c.result(resp, err) // the wait asked for does not fit: answer now
 		}
-		if why := c.budget().refuses(); why != nil {
-			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: why.of(err)}
+		if why := c.budget().Refuses(); why != nil {
+			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: why.Of(err)}
 			if resp != nil {
 				e.StatusCode = resp.StatusCode
 			}
@@ -180,14 +187,14 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		// failed and emptied the budget. Asked only before the wait, every
 		// call that failed within one backoff delay of an outage's start
 		// would retry into it.
-		if why := c.budget().take(); why != nil {
+		if why := c.budget().Take(); why != nil {
 			if resp != nil && kept == nil {
 				// The response is gone (its body was too long to keep):
 				// retry rather than answer with nothing.
-				c.budget().claimAnyway()
+				c.budget().ClaimAnyway()
 				continue
 			}
-			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: why.of(err)}
+			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: why.Of(err)}
 			if kept != nil {
 				e.StatusCode = kept.StatusCode
 			}
@@ -199,7 +206,7 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 
 // budget returns the handler's retry budget, or nil when the call's options
 // disable it.
-func (c *call) budget() *retryBudget {
+func (c *call) budget() *budget.Budget {
 	if c.cfg.RetryBudget.Disabled {
 		return nil
 	}
@@ -234,7 +241,7 @@ func (c *call) nextDelay(n int, resp *http.Response, err error, elsewhere bool) 
 	now := time.Now()
 	honoured := false
 	if !r.IgnoreRetryAfter && !elsewhere {
-		d, ok := retryAfter(resp, now)
+		d, ok := headers.RetryAfter(resp, now)
 		if !ok && c.keyed {
 			d, ok = conflictRetryAfter(resp, now)
 		}
@@ -334,13 +341,13 @@ func (c *call) attempt(now time.Time, waited time.Duration, rt *route) (resp *ht
 	if !c.prepared {
 		// Only now, once the call will be sent, is the body read ahead.
 		c.prepared = true
-		if err := c.body.prepare(c.req, c.repeatable, c.cfg.MaxBufferedBody); err != nil {
+		if err := c.body.Prepare(c.req, c.repeatable, c.cfg.MaxBufferedBody); err != nil {
 			slot.release(overloadDropped, 0)
 			s.releaseProbe(probe) // the request's own failure
 			return nil, c.errorf(nil, err, ""), true
 		}
 	}
-	body, getBody, err := c.body.next()
+	body, getBody, err := c.body.Next()
 	if err != nil {
 		slot.release(overloadDropped, 0)
 		s.releaseProbe(probe)
@@ -397,16 +404,32 @@ func (c *call) attempt(now time.Time, waited time.Duration, rt *route) (resp *ht
 	return resp, err, false
 }
 
+// attemptRequest returns the request of one attempt, a shallow copy of the
+// caller's on ctx carrying body, and the httpbody.Sent that tracks it, if any.
+func (c *call) attemptRequest(ctx context.Context, body io.ReadCloser, getBody func() (io.ReadCloser, error)) (*http.Request, *httpbody.Sent) {
+	r := c.req.WithContext(ctx)
+	if body == nil || body == http.NoBody {
+		r.Body, r.GetBody = body, getBody
+		return r, nil
+	}
+	sent := httpbody.Track(body, c.req.ContentLength, getBody)
+	r.Body, r.GetBody = sent, nil
+	if getBody != nil {
+		r.GetBody = sent.Rewind
+	}
+	return r, sent
+}
+
 // requestFault returns the failure of the request itself behind err, the
 // error of an attempt that sent body: its body's reader failed, its body
 // did not match its ContentLength, or the transport refused it as
 // malformed. Such a failure is the caller's: it is not retried, and neither
 // the circuit breaker nor the retry budget counts it.
-func requestFault(body *sentBody, err error) error {
+func requestFault(body *httpbody.Sent, err error) error {
 	if isRequestError(err) {
 		return err
 	}
-	if fault := body.fault(); fault != nil {
+	if fault := body.Fault(); fault != nil {
 		if errors.Is(err, errors.Unwrap(fault)) {
 			return err // the transport returned the reader's error itself
 		}
@@ -422,7 +445,7 @@ func requestFault(body *sentBody, err error) error {
 // (IsTransient) is computed once for all three; with Hedging.Endpoints it
 // counts an endpoint's own failure (endpointFault) too, which moves the
 // call on to another endpoint.
-func (c *call) judge(s *hostState, first bool, rb *retryBudget, resp *http.Response, err error) (retryable bool) {
+func (c *call) judge(s *hostState, first bool, rb *budget.Budget, resp *http.Response, err error) (retryable bool) {
 	cfg := c.cfg
 	var transient bool
 	if cfg.Retry.ShouldRetry == nil || cfg.CircuitBreaker.ShouldHandle == nil {
@@ -448,7 +471,7 @@ func (c *call) judge(s *hostState, first bool, rb *retryBudget, resp *http.Respo
 		}
 	}
 	if rb != nil {
-		rb.record(first, retryable)
+		rb.Record(first, retryable)
 	}
 	return retryable
 }

@@ -1,6 +1,10 @@
-// Package headers looks up HTTP header fields by name case-insensitively,
-// as RFC 9110 section 5.1 compares them; http.Header's methods look up
-// only the canonical form.
+// Package headers reads the HTTP header fields the resilience handler
+// acts on. It looks fields up by name case-insensitively, as RFC 9110
+// section 5.1 compares them, where http.Header's methods look up only the
+// canonical form (names.go); it reads the quota a server announces in its
+// RateLimit and X-RateLimit fields (quota.go, with the RFC 9651 parser in
+// sfv.go) and the wait a Retry-After field asks for (retryafter.go). Every
+// value read is an upstream's bytes and is bounded where it is read.
 package headers
 
 import (

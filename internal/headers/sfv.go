@@ -1,4 +1,4 @@
-package resilience
+package headers
 
 // A reader of the subset of HTTP structured fields (RFC 9651) that the
 // quota headers use: Lists of Items with Parameters, and Dictionaries. It

@@ -1,4 +1,4 @@
-package resilience
+package headers
 
 import (
 	"net/http"
@@ -10,14 +10,14 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-func TestReadServerQuota(t *testing.T) {
+func TestReadQuota(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	epoch := now.Unix()
-	type want = quotaReading
+	type want = Quota
 	for _, tc := range []struct {
 		name   string
 		header map[string]string
-		want   quotaReading
+		want   Quota
 		ok     bool
 	}{
 		{"none", map[string]string{"Content-Type": "text/plain"}, want{}, false},
@@ -25,61 +25,61 @@ func TestReadServerQuota(t *testing.T) {
 
 		// The current draft's structured fields.
 		{"draft: RateLimit alone", map[string]string{"RateLimit": `"default";r=50;t=30`},
-			want{remaining: 50, reset: 30 * time.Second, hasReset: true}, true},
+			want{Remaining: 50, Reset: 30 * time.Second, HasReset: true}, true},
 		{"draft: with its policy", map[string]string{"RateLimit": `"default";r=0;t=7`, "RateLimit-Policy": `"default";q=100;w=60`},
-			want{remaining: 0, reset: 7 * time.Second, hasReset: true, limit: 100, window: time.Minute}, true},
+			want{Remaining: 0, Reset: 7 * time.Second, HasReset: true, Limit: 100, Window: time.Minute}, true},
 		{"draft: token name, OWS, extra params", map[string]string{"RateLimit": `  default;r=5;t=2;acme-x="y";pk=:cHsdsRa894==:  `},
-			want{remaining: 5, reset: 2 * time.Second, hasReset: true}, true},
+			want{Remaining: 5, Reset: 2 * time.Second, HasReset: true}, true},
 		{"draft: the binding limit of several", map[string]string{
 			"RateLimit":        `"permin";r=20;t=40, "perhr";r=3;t=1800, "daily";r=900;t=80000`,
 			"RateLimit-Policy": `"permin";q=50;w=60,"perhr";q=1000;w=3600`},
-			want{remaining: 3, reset: 1800 * time.Second, hasReset: true, limit: 1000, window: time.Hour}, true},
+			want{Remaining: 3, Reset: 1800 * time.Second, HasReset: true, Limit: 1000, Window: time.Hour}, true},
 		{"draft: of several spent, the longest reset", map[string]string{"RateLimit": `"a";r=0;t=5, "b";r=0;t=9, "c";r=1;t=1`},
-			want{remaining: 0, reset: 9 * time.Second, hasReset: true}, true},
+			want{Remaining: 0, Reset: 9 * time.Second, HasReset: true}, true},
 		{"draft: no t, the policy's window bounds the wait", map[string]string{"RateLimit": `"d";r=0`, "RateLimit-Policy": `"d";q=10;w=20`},
-			want{remaining: 0, reset: 20 * time.Second, hasReset: true, limit: 10, window: 20 * time.Second}, true},
-		{"draft: no t, no window", map[string]string{"RateLimit": `"d";r=4`}, want{remaining: 4}, true},
+			want{Remaining: 0, Reset: 20 * time.Second, HasReset: true, Limit: 10, Window: 20 * time.Second}, true},
+		{"draft: no t, no window", map[string]string{"RateLimit": `"d";r=4`}, want{Remaining: 4}, true},
 		{"draft: decimal t", map[string]string{"RateLimit": `"d";r=1;t=0.25`},
-			want{remaining: 1, reset: 250 * time.Millisecond, hasReset: true}, true},
+			want{Remaining: 1, Reset: 250 * time.Millisecond, HasReset: true}, true},
 		{"draft: a quota of bytes is not of calls", map[string]string{"RateLimit": `"b";r=0;t=10`, "RateLimit-Policy": `"b";q=65535;qu="content-bytes";w=10`}, want{}, false},
 		{"draft: no r", map[string]string{"RateLimit": `"d";t=10`}, want{}, false},
 		{"draft: negative r ignores the item", map[string]string{"RateLimit": `"d";r=-1;t=10`}, want{}, false},
-		{"draft: negative t is no reset", map[string]string{"RateLimit": `"d";r=0;t=-5`}, want{remaining: 0}, true},
+		{"draft: negative t is no reset", map[string]string{"RateLimit": `"d";r=0;t=-5`}, want{Remaining: 0}, true},
 		{"draft: malformed", map[string]string{"RateLimit": `"d";r=0;t=10,`}, want{}, false},
 		{"draft: unterminated string", map[string]string{"RateLimit": `"d;r=0;t=10`}, want{}, false},
 		{"draft: inner list", map[string]string{"RateLimit": `("d");r=0`}, want{}, false},
 		{"draft: huge r saturates", map[string]string{"RateLimit": `"d";r=99999999999999999999999;t=1`},
-			want{remaining: 1e15, reset: time.Second, hasReset: true}, true},
+			want{Remaining: 1e15, Reset: time.Second, HasReset: true}, true},
 		{"draft: huge t is clamped", map[string]string{"RateLimit": `"d";r=0;t=999999999`},
-			want{remaining: 0, reset: maxQuotaWait, hasReset: true}, true},
+			want{Remaining: 0, Reset: MaxQuotaWait, HasReset: true}, true},
 
 		// Draft 07's Dictionary.
 		{"draft 07", map[string]string{"RateLimit": `limit=100, remaining=50, reset=5`},
-			want{remaining: 50, reset: 5 * time.Second, hasReset: true, limit: 100}, true},
+			want{Remaining: 50, Reset: 5 * time.Second, HasReset: true, Limit: 100}, true},
 		{"draft 07: no remaining", map[string]string{"RateLimit": `limit=100, reset=5`}, want{}, false},
 		{"draft 07: non-numeric", map[string]string{"RateLimit": `limit=100, remaining=lots, reset=5`},
-			want{limit: 100, reset: 5 * time.Second, hasReset: true}, false},
+			want{Limit: 100, Reset: 5 * time.Second, HasReset: true}, false},
 
 		// Drafts 00 to 06.
 		{"draft 06", map[string]string{"RateLimit-Limit": "100", "RateLimit-Remaining": "0", "RateLimit-Reset": "12"},
-			want{remaining: 0, reset: 12 * time.Second, hasReset: true, limit: 100}, true},
+			want{Remaining: 0, Reset: 12 * time.Second, HasReset: true, Limit: 100}, true},
 		{"draft 03 limit with its policy", map[string]string{"RateLimit-Limit": "100, 100;w=10", "RateLimit-Remaining": "7", "RateLimit-Reset": "3"},
-			want{remaining: 7, reset: 3 * time.Second, hasReset: true, limit: 100}, true},
+			want{Remaining: 7, Reset: 3 * time.Second, HasReset: true, Limit: 100}, true},
 
 		// The X- forms.
 		{"x: delta reset", map[string]string{"X-RateLimit-Limit": "60", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "42"},
-			want{remaining: 0, reset: 42 * time.Second, hasReset: true, limit: 60}, true},
+			want{Remaining: 0, Reset: 42 * time.Second, HasReset: true, Limit: 60}, true},
 		{"x: Unix reset (GitHub)", map[string]string{"X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": itoa(epoch + 90)},
-			want{remaining: 0, reset: 90 * time.Second, hasReset: true, limit: 5000}, true},
+			want{Remaining: 0, Reset: 90 * time.Second, HasReset: true, Limit: 5000}, true},
 		{"x: Unix reset measured from Date", map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": itoa(epoch + 90),
 			"Date": now.Add(-time.Hour).Format(http.TimeFormat)}, // the server's clock is an hour behind ours
-			want{remaining: 0, reset: time.Hour + 90*time.Second, hasReset: true}, true},
+			want{Remaining: 0, Reset: time.Hour + 90*time.Second, HasReset: true}, true},
 		{"x: Unix milliseconds", map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": itoa(epoch*1000 + 1500)},
-			want{remaining: 0, reset: 1500 * time.Millisecond, hasReset: true}, true},
+			want{Remaining: 0, Reset: 1500 * time.Millisecond, HasReset: true}, true},
 		{"x: Unix reset in the past", map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": itoa(epoch - 10)},
-			want{remaining: 0, reset: 0, hasReset: true}, true},
+			want{Remaining: 0, Reset: 0, HasReset: true}, true},
 		{"x: negative remaining", map[string]string{"X-RateLimit-Remaining": "-3", "X-RateLimit-Reset": "5"}, want{}, false},
-		{"x: non-numeric reset", map[string]string{"X-RateLimit-Remaining": "3", "X-RateLimit-Reset": "soon"}, want{remaining: 3}, true},
+		{"x: non-numeric reset", map[string]string{"X-RateLimit-Remaining": "3", "X-RateLimit-Reset": "soon"}, want{Remaining: 3}, true},
 		{"x: too long", map[string]string{"X-RateLimit-Remaining": strings.Repeat("1", maxQuotaFieldLength+1)}, want{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -87,7 +87,7 @@ func TestReadServerQuota(t *testing.T) {
 			for k, v := range tc.header {
 				h.Set(k, v)
 			}
-			got, ok := readServerQuota(h, now)
+			got, ok := ReadQuota(h, now)
 			assert.Equal(t, tc.ok, ok)
 			if ok {
 				assert.Equal(t, tc.want, got)
@@ -96,7 +96,7 @@ func TestReadServerQuota(t *testing.T) {
 	}
 }
 
-func TestReadServerQuotaBounded(t *testing.T) {
+func TestReadQuotaBounded(t *testing.T) {
 	now := time.Now()
 	// Thousands of policies: only the first maxQuotaItems are read.
 	var b strings.Builder
@@ -107,23 +107,23 @@ func TestReadServerQuotaBounded(t *testing.T) {
 		b.WriteString(`"p";r=9;t=1`)
 	}
 	h := http.Header{"Ratelimit": {`"p";r=3;t=1,` + b.String()[:maxQuotaFieldLength-20]}}
-	got, ok := readServerQuota(h, now)
+	got, ok := ReadQuota(h, now)
 	assert.True(t, ok)
-	assert.EqualValues(t, 3, got.remaining)
+	assert.EqualValues(t, 3, got.Remaining)
 
 	h = http.Header{"Ratelimit": {b.String()}} // longer than maxQuotaFieldLength: not read
-	_, ok = readServerQuota(h, now)
+	_, ok = ReadQuota(h, now)
 	assert.False(t, ok)
 
 	// The binding limit hides past the items read: it is not seen.
 	items := strings.Repeat(`"p";r=9;t=1,`, maxQuotaItems)
 	h = http.Header{"Ratelimit": {items + `"q";r=0;t=50`}}
-	got, ok = readServerQuota(h, now)
+	got, ok = ReadQuota(h, now)
 	assert.True(t, ok)
-	assert.EqualValues(t, 9, got.remaining)
+	assert.EqualValues(t, 9, got.Remaining)
 }
 
-func TestReadServerQuotaAllocatesNothing(t *testing.T) {
+func TestReadQuotaAllocatesNothing(t *testing.T) {
 	now := time.Now()
 	for _, h := range []http.Header{
 		{"Content-Type": {"text/plain"}},
@@ -131,32 +131,32 @@ func TestReadServerQuotaAllocatesNothing(t *testing.T) {
 		{"Ratelimit": {`limit=100, remaining=50, reset=5`}},
 		{"X-Ratelimit-Limit": {"60"}, "X-Ratelimit-Remaining": {"10"}, "X-Ratelimit-Reset": {"42"}},
 	} {
-		allocs := testing.AllocsPerRun(100, func() { readServerQuota(h, now) })
+		allocs := testing.AllocsPerRun(100, func() { ReadQuota(h, now) })
 		assert.Zero(t, allocs, "%v", h)
 	}
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-func BenchmarkReadServerQuota(b *testing.B) {
+func BenchmarkReadQuota(b *testing.B) {
 	now := time.Now()
 	b.Run("none", func(b *testing.B) {
 		h := http.Header{"Content-Type": {"text/plain"}, "Content-Length": {"80"}}
 		b.ReportAllocs()
 		for b.Loop() {
-			readServerQuota(h, now)
+			ReadQuota(h, now)
 		}
 	})
 	b.Run("draft", func(b *testing.B) {
 		h := http.Header{"Ratelimit": {`"default";r=50;t=30`}, "Ratelimit-Policy": {`"default";q=100;w=60`}}
 		b.ReportAllocs()
 		for b.Loop() {
-			readServerQuota(h, now)
+			ReadQuota(h, now)
 		}
 	})
 }
 
-func FuzzReadServerQuota(f *testing.F) {
+func FuzzReadQuota(f *testing.F) {
 	for _, s := range []string{
 		`"default";r=50;t=30`, `"d";r=0;t=0.25`, `limit=100, remaining=50, reset=5`, `default;r=5;pk=:cHsdsRa894==:`,
 		`"a";r=0;t=5, "b";r=0;t=9`, `"d";r=-1`, `"d";r=99999999999999999999`, `("x");r=1`, `?1;r=2;t=3`, "", "1700000000",
@@ -170,18 +170,27 @@ func FuzzReadServerQuota(f *testing.F) {
 			{"Ratelimit-Remaining": {x}, "Ratelimit-Reset": {rateLimit}, "Ratelimit-Limit": {policy}},
 			{"X-Ratelimit-Remaining": {x}, "X-Ratelimit-Reset": {x}, "Date": {policy}},
 		} {
-			q, ok := readServerQuota(h, now) // must never panic
+			q, ok := ReadQuota(h, now) // must never panic
 			if !ok {
 				continue
 			}
 			switch {
-			case q.remaining < 0, q.limit < 0:
+			case q.Remaining < 0, q.Limit < 0:
 				t.Fatalf("%v: negative count %+v", h, q)
-			case q.reset < 0 || q.reset > maxQuotaWait, q.window < 0 || q.window > maxQuotaWait:
-				t.Fatalf("%v: duration out of [0, %v]: %+v", h, maxQuotaWait, q)
-			case !q.hasReset && q.reset != 0:
-				t.Fatalf("%v: a reset without hasReset: %+v", h, q)
+			case q.Reset < 0 || q.Reset > MaxQuotaWait, q.Window < 0 || q.Window > MaxQuotaWait:
+				t.Fatalf("%v: duration out of [0, %v]: %+v", h, MaxQuotaWait, q)
+			case !q.HasReset && q.Reset != 0:
+				t.Fatalf("%v: a reset without HasReset: %+v", h, q)
 			}
 		}
 	})
+}
+
+func TestQuotaSpelledOtherwise(t *testing.T) {
+	for _, k := range []string{"ratelimit", "RateLimit", "ratelimit-policy", "RateLimit-Reset", "ratelimit-limit", "ratelimit-remaining", "x-ratelimit-remaining", "X-RateLimit-Reset", "x-ratelimit-limit", "date"} {
+		assert.True(t, QuotaSpelledOtherwise(http.Header{"Content-Type": {"x"}, k: {"1"}}), k)
+	}
+	h := http.Header{"Content-Type": {"x"}, "Ratelimit": {"a"}, "X-Ratelimit-Reset": {"1"}, "Date": {"d"}, "Vary": {"v"}, "etag": {"e"}}
+	assert.False(t, QuotaSpelledOtherwise(h), "canonical, or not a quota field")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { QuotaSpelledOtherwise(h) }))
 }

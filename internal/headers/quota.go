@@ -1,7 +1,8 @@
-package resilience
+package headers
 
 import (
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -35,8 +36,8 @@ import (
 // field) ignored, as the draft asks; numbers saturate at 15 digits. The
 // caller clamps the durations. Hand-written rather than a structured-field
 // library: the root module takes no dependency for it, and reading the
-// fields allocates nothing (readServerQuota, 0 allocs/op in
-// BenchmarkReadServerQuota), while a general parser builds a value tree
+// fields allocates nothing (ReadQuota, 0 allocs/op in
+// BenchmarkReadQuota), while a general parser builds a value tree
 // per response.
 
 // Bounds on what is read of an upstream's quota fields.
@@ -46,18 +47,18 @@ const (
 	maxQuotaDigits      = 15      // a structured-field integer's most digits
 )
 
-// A quotaReading is what one response says of its upstream's quota.
-type quotaReading struct {
-	remaining int64         // calls left in the window
-	reset     time.Duration // until the window ends, when hasReset
-	hasReset  bool
-	limit     int64         // the window's quota, 0 if not said
-	window    time.Duration // the window's length, 0 if not said
+// A Quota is what one response says of its upstream's quota.
+type Quota struct {
+	Remaining int64         // calls left in the window
+	Reset     time.Duration // until the window ends, when HasReset
+	HasReset  bool
+	Limit     int64         // the window's quota, 0 if not said
+	Window    time.Duration // the window's length, 0 if not said
 }
 
-// readServerQuota reads the quota h announces, received at now, and
+// ReadQuota reads the quota h announces, received at now, and
 // reports whether it announces one (a remaining count, at least).
-func readServerQuota(h http.Header, now time.Time) (quotaReading, bool) {
+func ReadQuota(h http.Header, now time.Time) (Quota, bool) {
 	if v := h["Ratelimit"]; len(v) > 0 {
 		if q, ok := readRateLimitList(v, h["Ratelimit-Policy"], h, now); ok {
 			return q, true
@@ -74,21 +75,21 @@ func readServerQuota(h http.Header, now time.Time) (quotaReading, bool) {
 	if v := h["X-Ratelimit-Remaining"]; len(v) > 0 {
 		return readSeparateFields(v[0], h["X-Ratelimit-Reset"], h["X-Ratelimit-Limit"], h, now)
 	}
-	return quotaReading{}, false
+	return Quota{}, false
 }
 
 // readSeparateFields reads the Remaining, Reset and Limit fields of the
 // early drafts and of the X- forms.
-func readSeparateFields(remaining string, reset, limit []string, h http.Header, now time.Time) (quotaReading, bool) {
-	var q quotaReading
+func readSeparateFields(remaining string, reset, limit []string, h http.Header, now time.Time) (Quota, bool) {
+	var q Quota
 	r, ok := wholeNumber(remaining)
 	if !ok {
 		return q, false
 	}
-	q.remaining = r / 1000
+	q.Remaining = r / 1000
 	if len(reset) > 0 {
 		if t, ok := wholeNumber(reset[0]); ok {
-			q.reset, q.hasReset = resetDuration(t, h, now), true
+			q.Reset, q.HasReset = resetDuration(t, h, now), true
 		}
 	}
 	if len(limit) > 0 {
@@ -101,7 +102,7 @@ func readSeparateFields(remaining string, reset, limit []string, h http.Header, 
 			}
 		}
 		if l, ok := wholeNumber(s); ok {
-			q.limit = l / 1000
+			q.Limit = l / 1000
 		}
 	}
 	return q, true
@@ -121,11 +122,11 @@ func wholeNumber(s string) (int64, bool) {
 }
 
 // resetDuration turns a reset value in thousandths of a second, delta or
-// Unix time (see above), into the wait from now, at most maxQuotaWait.
+// Unix time (see above), into the wait from now, at most MaxQuotaWait.
 func resetDuration(v int64, h http.Header, now time.Time) time.Duration {
 	const unixSeconds, unixMillis = 1e9 * 1000, 1e12 * 1000
 	if v < unixSeconds {
-		return time.Duration(min(v, maxQuotaWait.Milliseconds())) * time.Millisecond
+		return time.Duration(min(v, MaxQuotaWait.Milliseconds())) * time.Millisecond
 	}
 	ms := v // Unix seconds in thousandths: Unix milliseconds
 	if v >= unixMillis {
@@ -138,33 +139,34 @@ func resetDuration(v int64, h http.Header, now time.Time) time.Duration {
 		}
 	}
 	if refMs := ref.UnixMilli(); ms > refMs {
-		return time.Duration(min(ms-refMs, maxQuotaWait.Milliseconds())) * time.Millisecond
+		return time.Duration(min(ms-refMs, MaxQuotaWait.Milliseconds())) * time.Millisecond
 	}
 	return 0
 }
 
-// maxQuotaWait is longer than any wait the caller keeps: durations read
-// are clamped to it first, so that no arithmetic on them overflows.
-const maxQuotaWait = 1000 * time.Hour
+// MaxQuotaWait is longer than any wait a caller keeps: the durations
+// ReadQuota returns are clamped to it, so that no arithmetic on them
+// overflows.
+const MaxQuotaWait = 1000 * time.Hour
 
 // readRateLimitList reads the current draft's RateLimit List, with the
 // RateLimit-Policy List for the binding limit's quota and window.
-func readRateLimitList(fields, policies []string, h http.Header, now time.Time) (quotaReading, bool) {
-	var best quotaReading
+func readRateLimitList(fields, policies []string, h http.Header, now time.Time) (Quota, bool) {
+	var best Quota
 	var bestName string
 	found, items := false, 0
 	for _, f := range fields {
 		if len(f) > maxQuotaFieldLength {
-			return quotaReading{}, false
+			return Quota{}, false
 		}
 		p := sfParser{s: f}
 		for !p.done() && items < maxQuotaItems {
 			items++
 			name, params, ok := p.listItem()
 			if !ok {
-				return quotaReading{}, false // malformed: the field is ignored
+				return Quota{}, false // malformed: the field is ignored
 			}
-			var q quotaReading
+			var q Quota
 			hasR := false
 			for k, v, more := params.next(); more; k, v, more = params.next() {
 				if !v.isNum || v.num < 0 {
@@ -172,31 +174,31 @@ func readRateLimitList(fields, policies []string, h http.Header, now time.Time) 
 				}
 				switch k {
 				case "r":
-					q.remaining, hasR = v.num/1000, true
+					q.Remaining, hasR = v.num/1000, true
 				case "t":
-					q.reset, q.hasReset = resetDuration(v.num, h, now), true
+					q.Reset, q.HasReset = resetDuration(v.num, h, now), true
 				}
 			}
 			if !hasR {
 				continue // r is required
 			}
-			if !found || q.remaining < best.remaining ||
-				(q.remaining == best.remaining && q.hasReset && (!best.hasReset || q.reset > best.reset)) {
+			if !found || q.Remaining < best.Remaining ||
+				(q.Remaining == best.Remaining && q.HasReset && (!best.HasReset || q.Reset > best.Reset)) {
 				best, bestName, found = q, name, true
 			}
 		}
 	}
 	if !found {
-		return quotaReading{}, false
+		return Quota{}, false
 	}
 	if pol, ok := findPolicy(policies, bestName); ok {
 		if !pol.requests {
-			return quotaReading{}, false // a quota of bytes, not of calls
+			return Quota{}, false // a quota of bytes, not of calls
 		}
-		best.limit, best.window = pol.quota, pol.window
-		if !best.hasReset && pol.window > 0 {
+		best.Limit, best.Window = pol.quota, pol.window
+		if !best.HasReset && pol.window > 0 {
 			// No t: the window's length bounds the wait for its end.
-			best.reset, best.hasReset = pol.window, true
+			best.Reset, best.HasReset = pol.window, true
 		}
 	}
 	return best, true
@@ -235,7 +237,7 @@ func findPolicy(fields []string, name string) (quotaPolicy, bool) {
 				case k == "q":
 					pol.quota = v.num / 1000
 				case k == "w":
-					pol.window = time.Duration(min(v.num, maxQuotaWait.Milliseconds())) * time.Millisecond
+					pol.window = time.Duration(min(v.num, MaxQuotaWait.Milliseconds())) * time.Millisecond
 				}
 			}
 			return pol, true
@@ -246,29 +248,68 @@ func findPolicy(fields []string, name string) (quotaPolicy, bool) {
 
 // readRateLimitDict reads draft 07's RateLimit Dictionary:
 // limit=100, remaining=50, reset=5.
-func readRateLimitDict(f string, h http.Header, now time.Time) (quotaReading, bool) {
+func readRateLimitDict(f string, h http.Header, now time.Time) (Quota, bool) {
 	if len(f) > maxQuotaFieldLength {
-		return quotaReading{}, false
+		return Quota{}, false
 	}
-	var q quotaReading
+	var q Quota
 	hasR := false
 	p := sfParser{s: f}
 	for members := 0; !p.done() && members < maxQuotaItems; members++ {
 		key, v, ok := p.dictMember()
 		if !ok {
-			return quotaReading{}, false
+			return Quota{}, false
 		}
 		if v < 0 {
 			continue
 		}
 		switch key {
 		case "limit":
-			q.limit = v / 1000
+			q.Limit = v / 1000
 		case "remaining":
-			q.remaining, hasR = v/1000, true
+			q.Remaining, hasR = v/1000, true
 		case "reset":
-			q.reset, q.hasReset = resetDuration(v, h, now), true
+			q.Reset, q.HasReset = resetDuration(v, h, now), true
 		}
 	}
 	return q, hasR
+}
+
+// QuotaSpelledOtherwise reports whether h names a field that
+// ReadQuota reads in another spelling than the canonical one, as a
+// base RoundTripper other than net/http's may ("ratelimit"). It compares
+// only names of the lengths of those fields: a response costs a pass over
+// its names and no allocation.
+func QuotaSpelledOtherwise(h http.Header) bool {
+	for k := range h {
+		var names []string
+		switch len(k) {
+		case len("Date"):
+			names = []string{"Date"}
+		case len("Ratelimit"):
+			names = []string{"Ratelimit"}
+		case len("Ratelimit-Reset"): // and Ratelimit-Limit
+			names = []string{"Ratelimit-Reset", "Ratelimit-Limit"}
+		case len("Ratelimit-Policy"):
+			names = []string{"Ratelimit-Policy"}
+		case len("X-Ratelimit-Reset"): // and X-Ratelimit-Limit
+			names = []string{"X-Ratelimit-Reset", "X-Ratelimit-Limit"}
+		case len("Ratelimit-Remaining"):
+			names = []string{"Ratelimit-Remaining"}
+		case len("X-Ratelimit-Remaining"):
+			names = []string{"X-Ratelimit-Remaining"}
+		}
+		for _, n := range names {
+			if k != n && strings.EqualFold(k, n) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// HasQuota reports whether h may announce a quota, in the canonical
+// spelling of its fields.
+func HasQuota(h http.Header) bool {
+	return len(h["Ratelimit"]) > 0 || len(h["Ratelimit-Remaining"]) > 0 || len(h["X-Ratelimit-Remaining"]) > 0
 }

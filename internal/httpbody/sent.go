@@ -1,14 +1,12 @@
-package resilience
+package httpbody
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"sync/atomic"
 )
 
-// A sentBody is a request body on its way to the base RoundTripper. It
+// A Sent is a request body on its way to the base RoundTripper. It
 // notes whether its reader failed, or ended at another length than the
 // request declared, so that a failure of the request itself is never
 // charged to the upstream: net/http returns a body's read error as it is,
@@ -16,7 +14,7 @@ import (
 //
 // The transport reads a body on a goroutine of its own, which may still be
 // at it when RoundTrip returns: hence the atomics.
-type sentBody struct {
+type Sent struct {
 	io.ReadCloser
 	length  int64                         // the request's ContentLength; 0 or less when unknown
 	getBody func() (io.ReadCloser, error) // the attempt's GetBody, if any
@@ -27,35 +25,19 @@ type sentBody struct {
 
 type readFailure struct{ err error }
 
-// attemptRequest returns the request of one attempt, a shallow copy of the
-// caller's on ctx carrying body, and the sentBody that tracks it, if any.
-func (c *call) attemptRequest(ctx context.Context, body io.ReadCloser, getBody func() (io.ReadCloser, error)) (*http.Request, *sentBody) {
-	r := c.req.WithContext(ctx)
-	if body == nil || body == http.NoBody {
-		r.Body, r.GetBody = body, getBody
-		return r, nil
-	}
-	sent := newSentBody(body, c.req.ContentLength, getBody)
-	r.Body, r.GetBody = sent, nil
-	if getBody != nil {
-		r.GetBody = sent.rewind
-	}
-	return r, sent
-}
-
-// newSentBody tracks body, the body of one attempt of a request of the
+// Track tracks body, the body of one attempt of a request of the
 // given ContentLength. getBody, when not nil, is the attempt's GetBody;
 // the bodies it gives (the transport may ask for one to send the request
 // again on a fresh connection) are tracked too.
-func newSentBody(body io.ReadCloser, length int64, getBody func() (io.ReadCloser, error)) *sentBody {
-	return &sentBody{ReadCloser: body, length: length, getBody: getBody}
+func Track(body io.ReadCloser, length int64, getBody func() (io.ReadCloser, error)) *Sent {
+	return &Sent{ReadCloser: body, length: length, getBody: getBody}
 }
 
-func (b *sentBody) Read(p []byte) (int, error) {
+func (b *Sent) Read(p []byte) (int, error) {
 	return b.track(b.ReadCloser, p)
 }
 
-func (b *sentBody) track(r io.Reader, p []byte) (int, error) {
+func (b *Sent) track(r io.Reader, p []byte) (int, error) {
 	n, err := r.Read(p)
 	b.n.Add(int64(n))
 	switch {
@@ -67,8 +49,8 @@ func (b *sentBody) track(r io.Reader, p []byte) (int, error) {
 	return n, err
 }
 
-// rewind is the GetBody the transport sees.
-func (b *sentBody) rewind() (io.ReadCloser, error) {
+// Rewind is the GetBody the transport sees.
+func (b *Sent) Rewind() (io.ReadCloser, error) {
 	body, err := b.getBody()
 	if err != nil {
 		b.failed.CompareAndSwap(nil, &readFailure{err})
@@ -82,14 +64,14 @@ func (b *sentBody) rewind() (io.ReadCloser, error) {
 // rewound is a body that GetBody gave the transport.
 type rewound struct {
 	io.ReadCloser
-	b *sentBody
+	b *Sent
 }
 
 func (r rewound) Read(p []byte) (int, error) { return r.b.track(r.ReadCloser, p) }
 
-// fault returns the request's own failure, if its body had one: the
+// Fault returns the request's own failure, if its body had one: the
 // reader's error, or a length other than ContentLength.
-func (b *sentBody) fault() error {
+func (b *Sent) Fault() error {
 	if b == nil {
 		return nil
 	}

@@ -1,0 +1,140 @@
+package budget
+
+import (
+	"errors"
+	"io"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// allow reports whether a retry may be made now.
+func (b *Budget) allow() bool { return b.Refuses() == nil }
+
+// claim takes an unclaimed token, and reports whether there was one.
+func (b *Budget) claim() bool { return b.Take() == nil }
+
+// refusal is the refusal the budget would give now, of last.
+func (b *Budget) refusal(last error) error {
+	return (&Refusal{tokens: b.tokens.Load(), inflight: b.inflight.Load()}).Of(last)
+}
+
+func TestBucket(t *testing.T) {
+	b := New(10, 0.1, 4)
+	retry := func(failed bool) {
+		t.Helper()
+		require.True(t, b.claim(), "a token to claim")
+		b.Record(false, failed)
+	}
+	assert.True(t, b.allow(), "full at first")
+	for range 100 {
+		b.Record(true, true)
+	}
+	assert.Equal(t, 10.0, b.Level(), "a first attempt's failure costs nothing")
+	for range 9 {
+		retry(true)
+	}
+	assert.Equal(t, 1.0, b.Level(), "a failed retry takes a token")
+	assert.True(t, b.allow(), "one token left: one more retry")
+	retry(true)
+	assert.False(t, b.allow(), "empty")
+	assert.False(t, b.claim())
+	b.Record(true, false)
+	assert.InDelta(t, 0.1, b.Level(), 1e-9, "a first attempt that succeeds puts back TokenRatio")
+	assert.False(t, b.allow())
+	b.ClaimAnyway()
+	b.Record(false, false)
+	assert.InDelta(t, 4.1, b.Level(), 1e-9, "a retry that succeeds puts back RetrySuccessTokens")
+	assert.True(t, b.allow())
+	for range 4 {
+		retry(true)
+	}
+	b.ClaimAnyway() // 0.1 left: a retry that must be made anyway
+	b.Record(false, true)
+	assert.Zero(t, b.Level(), "never below empty")
+	for range 1000 {
+		b.Record(true, false)
+	}
+	assert.Equal(t, 10.0, b.Level(), "never above full")
+
+	// Claims in flight hold their tokens until their outcome is recorded.
+	for range 10 {
+		require.True(t, b.claim())
+	}
+	assert.False(t, b.claim(), "every token is claimed")
+	assert.False(t, b.allow())
+	b.Release()
+	assert.True(t, b.claim(), "a released claim frees its token")
+	for range 10 {
+		b.Record(false, false)
+	}
+	assert.True(t, b.allow())
+
+	// Concurrent use keeps the count exact.
+	b = New(1000, 0.5, 4)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				if b.claim() {
+					b.Record(false, true)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, 200.0, b.Level())
+	assert.True(t, b.allow())
+}
+
+func TestRefusalSaysWhy(t *testing.T) {
+	b := New(10, 0.1, 4)
+	for range 10 {
+		b.claim()
+		b.Record(false, true)
+	}
+	cause := errors.New("503 Service Unavailable")
+	err := b.refusal(cause)
+	assert.Equal(t, "retry budget exhausted (0.0 tokens): recent retries failed; not retried: 503 Service Unavailable", err.Error())
+	assert.ErrorIs(t, err, cause)
+}
+
+func TestRefusalIsErrExhausted(t *testing.T) {
+	b := New(1, 0.1, 4)
+	assert.ErrorIs(t, b.refusal(nil), ErrExhausted)
+	assert.ErrorIs(t, b.refusal(io.ErrUnexpectedEOF), ErrExhausted)
+	assert.ErrorIs(t, b.refusal(io.ErrUnexpectedEOF), io.ErrUnexpectedEOF)
+}
+
+// Issue 18, item 8: a refusal states the reason that is true of the budget
+// when it refused: tokens taken by failed retries, or tokens all claimed by
+// retries still in flight (nothing has failed yet).
+func TestRefusalReasonIsTrue(t *testing.T) {
+	b := New(2, 0.1, 4)
+	require.True(t, b.claim())
+	require.True(t, b.claim())
+	require.False(t, b.claim())
+	assert.Equal(t, "retry budget exhausted (2.0 tokens): every whole token is claimed by one of the 2 retries in flight", b.refusal(nil).Error())
+	b.Record(false, true) // one fails: 1 token left, claimed by the other
+	require.False(t, b.allow())
+	assert.NotContains(t, b.refusal(nil).Error(), "failed")
+	b.Record(false, true) // the other fails too: nothing left
+	require.False(t, b.claim())
+	assert.Equal(t, "retry budget exhausted (0.0 tokens): recent retries failed", b.refusal(nil).Error())
+	b.ClaimAnyway()
+	assert.Equal(t, "retry budget exhausted (0.0 tokens, 1 retries in flight): recent retries failed", b.refusal(nil).Error())
+	b.Release()
+
+	// What the loop reports is the budget as it stood when it decided.
+	b = New(1, 0.1, 4)
+	require.True(t, b.claim())
+	why := b.Take()
+	require.NotNil(t, why)
+	b.Release() // the retry in flight settles before the refusal is read
+	assert.Contains(t, why.Error(), "claimed by one of the 1 retries in flight")
+	assert.Nil(t, b.Refuses())
+}
