@@ -3,7 +3,6 @@ package resilience
 import (
 	"bytes"
 	"context"
-
 	"fmt"
 	"io"
 	"net/http"

@@ -7,9 +7,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/resilienthttp/resilience/internal/httpbody"
-
 	"github.com/resilienthttp/resilience/internal/budget"
+	"github.com/resilienthttp/resilience/internal/httpbody"
 )
 
 // Hedging, in place of the retry layer: the first attempt goes out, and
