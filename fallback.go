@@ -2,20 +2,16 @@ package resilience
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
-	"net/url"
-	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/resilienthttp/resilience/internal/headers"
+	"github.com/resilienthttp/resilience/internal/httpcache"
 )
 
 // The fallback layer, outside the whole stack: a GET or HEAD whose call
@@ -139,9 +135,9 @@ func resolveFallback(f *FallbackOptions, bad func(string, any, string) error) er
 		return bad("Fallback.MaxEntryBytes", f.MaxEntryBytes, "must not be negative")
 	case f.MaxBytes < 0:
 		return bad("Fallback.MaxBytes", f.MaxBytes, "must not be negative")
-	case f.Header != "" && !validHeaderName(f.Header):
+	case f.Header != "" && !headers.ValidName(f.Header):
 		return bad("Fallback.Header", f.Header, "must be a valid header field name")
-	case f.Header != "" && reservedLabel(f.Header):
+	case f.Header != "" && httpcache.ReservedLabel(f.Header):
 		return bad("Fallback.Header", f.Header,
 			"must not name a hop-by-hop, framing or caching header field, which the label would overwrite")
 	}
@@ -164,40 +160,6 @@ func resolveFallback(f *FallbackOptions, bad func(string, any, string) error) er
 	return nil
 }
 
-// reservedLabel reports whether name, in any case, is a header field the
-// label must not overwrite: hop-by-hop fields (RFC 9110 section 7.6.1:
-// Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding,
-// Upgrade), the fields that frame or describe the body (Content-*), those
-// caching and freshness depend on (RFC 9111: Age, Cache-Control, Date,
-// ETag, Expires, Last-Modified, Pragma, Vary, Warning), and Set-Cookie.
-func reservedLabel(name string) bool {
-	name = http.CanonicalHeaderKey(name)
-	if strings.HasPrefix(name, "Proxy-") || strings.HasPrefix(name, "Content-") {
-		return true
-	}
-	switch name {
-	case "Connection", "Keep-Alive", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-		"Age", "Cache-Control", "Date", "Etag", "Expires", "Last-Modified", "Pragma", "Vary", "Warning",
-		"Set-Cookie":
-		return true
-	}
-	return false
-}
-
-// validHeaderName reports whether s is an RFC 9110 token.
-func validHeaderName(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return s != ""
-}
-
 // fallbackStore returns the store cfg's calls keep responses in.
 func (h *Handler) fallbackStore(cfg *config) FallbackStore {
 	if s := cfg.Fallback.Store; s != nil {
@@ -211,255 +173,6 @@ func (h *Handler) fallbackNow() time.Time {
 		return h.fbNow()
 	}
 	return time.Now()
-}
-
-// credentialed reports whether req carries credentials: an Authorization
-// or Cookie field, whatever the case of its name, or userinfo in its URL.
-func credentialed(req *http.Request) bool {
-	return req.URL.User != nil || opaqueUserinfo(req.URL) != "" ||
-		headers.Has(req.Header, "Authorization") || headers.Has(req.Header, "Cookie")
-}
-
-// opaqueUserinfo returns the userinfo of an opaque URL that names its
-// authority ("//user:pw@host/path", sent as it is), or "".
-func opaqueUserinfo(u *url.URL) string {
-	rest, ok := strings.CutPrefix(u.Opaque, "//")
-	if !ok {
-		return ""
-	}
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		rest = rest[:i]
-	}
-	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-		return rest[:at]
-	}
-	return ""
-}
-
-// cacheDirective reports whether a Cache-Control field of h holds the
-// directive name, and the argument of its first occurrence (RFC 9111
-// section 4.2.1), unquoted. The fields are parsed as section 5.2 writes
-// them: a list of directives, each a token, optionally "=" and a token or
-// a quoted-string, which may hold commas and quoted-pairs; names compare
-// case-insensitively; white space around "=" is tolerated; what does not
-// parse is skipped up to the next comma outside quotes. A qualified
-// no-cache or private (with a list of field names) is found like the
-// unqualified form, which the fallback layer treats it as.
-func cacheDirective(h http.Header, name string) (string, bool) {
-	for _, line := range headers.Values(h, "Cache-Control") {
-		for line != "" {
-			var k, v string
-			k, v, line = nextDirective(line)
-			if k != "" && strings.EqualFold(k, name) {
-				return v, true
-			}
-		}
-	}
-	return "", false
-}
-
-// nextDirective parses the first directive of the Cache-Control list s,
-// and returns its name, its argument and the rest of the list.
-func nextDirective(s string) (name, arg, rest string) {
-	s = strings.TrimLeft(s, " \t,")
-	i := 0
-	for i < len(s) && tokenChar(s[i]) {
-		i++
-	}
-	name, s = s[:i], strings.TrimLeft(s[i:], " \t")
-	if strings.HasPrefix(s, "=") {
-		s = strings.TrimLeft(s[1:], " \t")
-		if strings.HasPrefix(s, `"`) {
-			var b strings.Builder
-			j, closed := 1, false
-			for ; j < len(s); j++ {
-				if c := s[j]; c == '"' {
-					closed = true
-					j++
-					break
-				} else if c == '\\' && j+1 < len(s) {
-					j++
-				}
-				b.WriteByte(s[j])
-			}
-			if !closed {
-				return "", "", "" // the rest of the field is inside the quotes
-			}
-			arg, s = b.String(), s[j:]
-		} else {
-			j := 0
-			for j < len(s) && tokenChar(s[j]) {
-				j++
-			}
-			arg, s = s[:j], s[j:]
-		}
-	}
-	// Up to the next comma outside quotes: junk, if the directive did not
-	// end there, makes the whole element invalid.
-	if s = strings.TrimLeft(s, " \t"); s != "" && s[0] != ',' {
-		name, arg = "", ""
-		for quoted, j := false, 0; j < len(s); j++ {
-			switch c := s[j]; {
-			case c == '\\' && quoted:
-				j++
-			case c == '"':
-				quoted = !quoted
-			case c == ',' && !quoted:
-				return "", "", s[j:]
-			}
-		}
-		return "", "", ""
-	}
-	return name, arg, s
-}
-
-// tokenChar reports whether c may appear in an RFC 9110 token.
-func tokenChar(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-		strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
-}
-
-// maxDeltaSeconds is what a delta-seconds too large for us reads as: RFC
-// 9111 section 1.2.2 asks for 2^31 or the greatest integer one can
-// represent, and never to send an Age greater than 2^31 (section 5.1).
-const maxDeltaSeconds = 1 << 31
-
-// deltaSeconds parses s as RFC 9111's delta-seconds (1*DIGIT, no sign, no
-// white space), a value greater than 2^31 as 2^31.
-func deltaSeconds(s string) (int64, bool) {
-	if s == "" {
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		if n < maxDeltaSeconds { // past it, the digits only need checking
-			n = n*10 + int64(c-'0')
-		}
-	}
-	return min(n, maxDeltaSeconds), true
-}
-
-// receivedAge returns the Age h came with, as RFC 9111 section 5.1 reads
-// it: the first member of the field's list, ignored (0) when it is not a
-// delta-seconds.
-func receivedAge(h http.Header) time.Duration {
-	v, _, _ := strings.Cut(headers.First(h, "Age"), ",")
-	s, ok := deltaSeconds(strings.Trim(v, " \t"))
-	if !ok {
-		return 0
-	}
-	return time.Duration(s) * time.Second
-}
-
-// fallbackKey is the key of req's kept response, without its Vary part, or
-// "" when req may not be answered from, or kept in, the store. The key is
-// the target the request is sent to (fallbackTarget), never its userinfo;
-// a credentialed request's key ends with a hash of its credentials.
-func fallbackKey(cfg *config, req *http.Request) string {
-	if req.Method != http.MethodGet && req.Method != http.MethodHead {
-		return ""
-	}
-	if _, ok := cacheDirective(req.Header, "no-store"); ok {
-		return ""
-	}
-	key := "GET " + fallbackTarget(req)
-	if credentialed(req) {
-		if !cfg.Fallback.ShareCredentialed {
-			return ""
-		}
-		sum := sha256.New()
-		if u := req.URL.User; u != nil {
-			sum.Write([]byte("userinfo:" + u.String() + "\n"))
-		}
-		if ui := opaqueUserinfo(req.URL); ui != "" {
-			sum.Write([]byte("userinfo:" + ui + "\n"))
-		}
-		for _, name := range []string{"Authorization", "Cookie"} {
-			for _, v := range headers.Values(req.Header, name) {
-				sum.Write([]byte(name + ":" + v + "\n"))
-			}
-		}
-		key += "\x00cred=" + hex.EncodeToString(sum.Sum(nil))
-	}
-	return key
-}
-
-// fallbackTarget returns the target req is sent to, as its key names it:
-// scheme://host[:port] and the request-target of the request line (path
-// and query, no fragment, no userinfo), the scheme and host in lower case
-// and a default port left out; then, when req.Host names another host
-// than the URL (the Host header the server reads, for a virtual host),
-// "\x00host=" and that host.
-func fallbackTarget(req *http.Request) string {
-	u := req.URL
-	scheme := strings.ToLower(u.Scheme)
-	host := keyHost(scheme, u.Host)
-	target := u.RequestURI()
-	if strings.HasPrefix(u.Opaque, "//") { // scheme://authority/path, sent as it is: without its userinfo
-		rest := strings.TrimPrefix(target, u.Scheme+"://")
-		auth, path := rest, ""
-		if i := strings.IndexAny(rest, "/?"); i >= 0 {
-			auth, path = rest[:i], rest[i:]
-		}
-		if at := strings.LastIndexByte(auth, '@'); at >= 0 {
-			auth = auth[at+1:]
-		}
-		target = "\x00opaque=" + keyHost(scheme, auth) + path
-	}
-	key := scheme + "://" + host + target
-	if req.Host != "" {
-		if vh := keyHost(scheme, req.Host); vh != host {
-			key += "\x00host=" + vh
-		}
-	}
-	return key
-}
-
-// keyHost returns host in lower case, without the scheme's default port.
-func keyHost(scheme, host string) string {
-	host = strings.ToLower(host)
-	switch {
-	case scheme == "http" && strings.HasSuffix(host, ":80"):
-		host = strings.TrimSuffix(host, ":80")
-	case scheme == "https" && strings.HasSuffix(host, ":443"):
-		host = strings.TrimSuffix(host, ":443")
-	}
-	return strings.TrimSuffix(host, ":")
-}
-
-// variantKey is the key of the response kept for req under key, whose
-// responses vary on the request headers names.
-func variantKey(key string, req *http.Request, names []string) string {
-	var b strings.Builder
-	b.WriteString(key)
-	b.WriteString("\x00vary")
-	for _, n := range names {
-		b.WriteString("\x00" + n + "=" + strings.Join(headers.Values(req.Header, n), ","))
-	}
-	return b.String()
-}
-
-// varyNames returns the request headers resp varies on, canonical and
-// sorted, and false for Vary: *.
-func varyNames(resp *http.Response) ([]string, bool) {
-	var names []string
-	for _, line := range headers.Values(resp.Header, "Vary") {
-		for _, n := range strings.Split(line, ",") {
-			n = strings.TrimSpace(n)
-			if n == "*" {
-				return nil, false
-			}
-			if n != "" {
-				names = append(names, http.CanonicalHeaderKey(n))
-			}
-		}
-	}
-	slices.Sort(names)
-	return slices.Compact(names), true
 }
 
 // keeping returns the body to read resp through: a tee that keeps the
@@ -490,21 +203,21 @@ func (c *call) keeper(resp *http.Response) *keeper {
 	if c.req.Method != http.MethodGet || resp.StatusCode != http.StatusOK || resp.ContentLength > f.MaxEntryBytes {
 		return nil
 	}
-	key := fallbackKey(c.cfg, c.req)
+	key := httpcache.Key(c.req, c.cfg.Fallback.ShareCredentialed)
 	if key == "" {
 		return nil
 	}
 	// RFC 9111 4.2.4: no-cache, must-revalidate and proxy-revalidate forbid
 	// serving the response stale.
 	for _, d := range []string{"no-store", "private", "no-cache", "must-revalidate", "proxy-revalidate"} {
-		if _, ok := cacheDirective(resp.Header, d); ok {
+		if _, ok := httpcache.Directive(resp.Header, d); ok {
 			return nil
 		}
 	}
 	if headers.Has(resp.Header, "Set-Cookie") {
 		return nil
 	}
-	vary, ok := varyNames(resp)
+	vary, ok := httpcache.VaryNames(resp)
 	if !ok {
 		return nil
 	}
@@ -573,7 +286,7 @@ func (t *keeper) put() {
 		return
 	}
 	t.store.Put(t.req.Context(), t.key, &FallbackEntry{Vary: t.vary, Stored: e.Stored})
-	t.store.Put(t.req.Context(), variantKey(t.key, t.req, t.vary), e)
+	t.store.Put(t.req.Context(), httpcache.VariantKey(t.key, t.req, t.vary), e)
 }
 
 // fallbackServes reports whether the call's error err is one the fallback
@@ -638,14 +351,14 @@ func (c *call) fallbackOnStatus(resp *http.Response) (*http.Response, error) {
 // ErrFallbackNone or ErrFallbackTooStale; or, when the caller left while
 // the store looked, the caller's error as left.
 func (c *call) stale() (resp *http.Response, reason, left error) {
-	key := fallbackKey(c.cfg, c.req)
+	key := httpcache.Key(c.req, c.cfg.Fallback.ShareCredentialed)
 	if key == "" {
 		return nil, ErrFallbackIneligible, nil
 	}
 	store := c.h.fallbackStore(c.cfg)
 	e, ok, left := c.storeGet(store, key)
 	if left == nil && ok && e != nil && e.Vary != nil {
-		e, ok, left = c.storeGet(store, variantKey(key, c.req, e.Vary))
+		e, ok, left = c.storeGet(store, httpcache.VariantKey(key, c.req, e.Vary))
 	}
 	if left != nil {
 		return nil, nil, left
@@ -656,12 +369,12 @@ func (c *call) stale() (resp *http.Response, reason, left error) {
 	// The time since it was kept (a clock stepped back makes it fresh, not
 	// negative) plus the Age it came with, both at most 2^31 s, and so is
 	// their sum: no overflow, and never an Age above 2^31 served.
-	const maxAge = maxDeltaSeconds * time.Second
+	const maxAge = httpcache.MaxDeltaSeconds * time.Second
 	resident := min(max(0, c.h.fallbackNow().Sub(e.Stored)), maxAge)
-	age := min(resident+receivedAge(e.Header), maxAge)
+	age := min(resident+httpcache.ReceivedAge(e.Header), maxAge)
 	bound := c.cfg.Fallback.MaxStale
-	if v, ok := cacheDirective(e.Header, "stale-if-error"); ok {
-		if s, ok := deltaSeconds(v); ok {
+	if v, ok := httpcache.Directive(e.Header, "stale-if-error"); ok {
+		if s, ok := httpcache.DeltaSeconds(v); ok {
 			bound = time.Duration(s) * time.Second
 		}
 	}

@@ -3,7 +3,6 @@ package resilience
 import (
 	"bytes"
 	"context"
-
 	"fmt"
 	"io"
 	"net/http"
@@ -840,52 +839,6 @@ func TestFallbackKeyedByHost(t *testing.T) {
 	assert.Equal(t, "for "+srv.Listener.Addr().String(), readBody(t, resp))
 }
 
-// The parts of the target that are the same target written differently
-// give one key; every other part gives another.
-func TestFallbackKeyTarget(t *testing.T) {
-	cfg := &config{}
-	key := func(raw, host string) string {
-		req, err := http.NewRequest(http.MethodGet, raw, nil)
-		require.NoError(t, err)
-		req.Host = host
-		return fallbackKey(cfg, req)
-	}
-	base := key("http://api.example/p?q=1", "")
-	for _, same := range [][2]string{
-		{"http://api.example/p?q=1#frag", ""},
-		{"HTTP://API.Example/p?q=1", ""},
-		{"http://api.example:80/p?q=1", ""},
-		{"http://api.example/p?q=1", "api.example"},
-		{"http://api.example/p?q=1", "API.EXAMPLE:80"},
-	} {
-		assert.Equal(t, base, key(same[0], same[1]), "%v", same)
-	}
-	for _, other := range [][2]string{
-		{"https://api.example/p?q=1", ""},
-		{"http://api.example:8080/p?q=1", ""},
-		{"http://other.example/p?q=1", ""},
-		{"http://api.example/p?q=1", "other.example"},
-		{"http://api.example/p?q=1", "api.example:8080"},
-		{"http://api.example/P?q=1", ""},
-		{"http://api.example/p?q=2", ""},
-		{"http://api.example/p", ""},
-		{"http://api.example/p?", ""},
-	} {
-		assert.NotEqual(t, base, key(other[0], other[1]), "%v", other)
-	}
-	assert.Equal(t, key("https://api.example/p", ""), key("https://api.example:443/p", ""))
-
-	// An opaque URL's authority is sent as it is, but its userinfo never
-	// enters the key.
-	req := &http.Request{Method: http.MethodGet, Header: http.Header{},
-		URL: &url.URL{Scheme: "http", Host: "api.example", Opaque: "//erin:s3cr3t@api.example/p", RawQuery: "q=1"}}
-	k := fallbackKey(&config{Options: Options{Fallback: FallbackOptions{ShareCredentialed: true}}}, req)
-	assert.NotContains(t, k, "s3cr3t")
-	assert.Contains(t, k, "api.example/p?q=1")
-	assert.Contains(t, k, "\x00cred=", "its userinfo is a credential")
-	assert.Empty(t, fallbackKey(cfg, req), "not kept without ShareCredentialed")
-}
-
 // The userinfo of a URL is a credential: it never enters a key, a log line,
 // an event or an error, and a response to a request that carries it is
 // kept only with ShareCredentialed, under a hash, for the same userinfo.
@@ -1058,54 +1011,6 @@ func TestFallbackHostileAge(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "2147483648", resp.Header.Get("Age"))
 	})
-}
-
-// Cache-Control is parsed as RFC 9111 section 5.2 writes it: directive
-// names in any case, arguments as tokens or quoted strings (commas inside
-// quotes are no separators), the first occurrence of a directive counts
-// (section 4.2.1), delta-seconds too large for us read as 2^31.
-func TestCacheDirective(t *testing.T) {
-	for _, tc := range []struct {
-		lines []string
-		name  string
-		arg   string
-		found bool
-	}{
-		{[]string{`no-cache="a, b"`}, "no-cache", "a, b", true},
-		{[]string{`no-cache="a, b"`}, "b", "", false},
-		{[]string{`max-age=60, ext="x, private"`}, "private", "", false},
-		{[]string{`ext="a\", private", max-age=1`}, "private", "", false},
-		{[]string{`ext="a\", private", max-age=1`}, "max-age", "1", true},
-		{[]string{`ext="a\\", private`}, "private", "", true},
-		{[]string{`ext="x, stale-if-error=5"`}, "stale-if-error", "", false},
-		{[]string{`ext="unterminated, no-store`}, "no-store", "", false},
-		{[]string{`stale-if-error="5"`}, "stale-if-error", "5", true},
-		{[]string{`STALE-IF-ERROR=5`}, "stale-if-error", "5", true},
-		{[]string{`stale-if-error=5, stale-if-error=100`}, "stale-if-error", "5", true},
-		{[]string{`max-age=1`, `stale-if-error=7`}, "stale-if-error", "7", true},
-		{[]string{`,, no-store ,`}, "no-store", "", true},
-		{[]string{`no-storex, xno-store`}, "no-store", "", false},
-		{[]string{`private="Set-Cookie"`}, "private", "Set-Cookie", true},
-		{[]string{`max-age = 5`}, "max-age", "5", true},
-		{[]string{`a=b c, no-store`}, "no-store", "", true},
-		{nil, "no-store", "", false},
-	} {
-		arg, found := cacheDirective(http.Header{"Cache-Control": tc.lines}, tc.name)
-		assert.Equal(t, tc.found, found, "%q %s", tc.lines, tc.name)
-		assert.Equal(t, tc.arg, arg, "%q %s", tc.lines, tc.name)
-	}
-	for s, want := range map[string]int64{
-		"0": 0, "5": 5, "2147483647": 2147483647, "2147483648": 1 << 31, "2147483649": 1 << 31,
-		"9223372036854775808": 1 << 31, "99999999999999999999": 1 << 31, "007": 7,
-	} {
-		got, ok := deltaSeconds(s)
-		assert.True(t, ok, s)
-		assert.Equal(t, want, got, s)
-	}
-	for _, s := range []string{"", "-1", "+1", " 1", "1 ", "1.0", "0x1", "1e3", "abc"} {
-		_, ok := deltaSeconds(s)
-		assert.False(t, ok, "%q", s)
-	}
 }
 
 // The served response's stale-if-error is read from its Cache-Control as

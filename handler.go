@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/resilienthttp/resilience/internal/budget"
+	"github.com/resilienthttp/resilience/internal/hedgestats"
 )
 
 // A Handler is the resilience stack of one upstream: its circuit breaker,
@@ -32,9 +33,9 @@ type Handler struct {
 	fbNow   func() time.Time // the fallback layer's clock; nil is time.Now (tests set it)
 	fbLate  atomic.Int64     // Gets of a plugged-in fallback store still running for callers that left (fallback.go)
 
-	latency latencySketch       // attempt latencies, for Hedging.DelayPercentile (hedgedelay.go)
-	load    extraLoad           // hedged calls and hedges, for Hedging.MaxExtraLoad (hedgeload.go)
-	rand    func(uint64) uint64 // the routing's random source; nil is math/rand/v2's (tests set it)
+	latency hedgestats.Sketch    // attempt latencies, for Hedging.DelayPercentile (internal/hedgestats)
+	load    hedgestats.ExtraLoad // hedged calls and hedges, for Hedging.MaxExtraLoad (internal/hedgestats)
+	rand    func(uint64) uint64  // the routing's random source; nil is math/rand/v2's (tests set it)
 }
 
 // NewHandler validates opts, fills in defaults, and returns the Handler
@@ -45,7 +46,8 @@ func NewHandler(opts Options) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{}
-	h.latency.epoch, h.load.epoch = time.Now(), time.Now()
+	h.latency.Start(time.Now())
+	h.load.Start(time.Now())
 	h.cfg.Store(cfg)
 	h.timers.New = newTimerSlot
 	h.fbStore = newLRUStore(cfg.Fallback.MaxBytes)

@@ -7,9 +7,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/resilienthttp/resilience/internal/httpbody"
-
 	"github.com/resilienthttp/resilience/internal/budget"
+	"github.com/resilienthttp/resilience/internal/httpbody"
 )
 
 // Hedging, in place of the retry layer: the first attempt goes out, and
@@ -103,7 +102,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 	}
 	capped := hedges > 0 && cfg.Hedging.MaxExtraLoad != NoExtraLoadCap
 	if capped {
-		c.h.load.call()
+		c.h.load.Call()
 	}
 
 	results := make(chan hedgeOutcome, 1+hedges)
@@ -163,7 +162,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		}
 		claimed := false
 		if speculative {
-			if capped && !c.h.load.claim(cfg.Hedging.MaxExtraLoad) {
+			if capped && !c.h.load.Claim(cfg.Hedging.MaxExtraLoad) {
 				if !cappedReported {
 					cappedReported = true
 					c.emit(Event{Kind: EventHedgeCapped, Attempt: len(attempts) + 1, Delay: delay})
@@ -348,7 +347,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 	}
 	c.attemptEnded(n, start, delay, resp, err, cutBy, t.ep)
 	if c.cfg.Hedging.DelayPercentile > 0 && (cause == nil || cause == ErrAttemptTimeout) {
-		c.h.latency.record(time.Since(start)) // not a loser cut short: it says nothing of the latency
+		c.h.latency.Record(time.Since(start)) // not a loser cut short: it says nothing of the latency
 	}
 	switch {
 	case cause == ErrAttemptTimeout:

@@ -3,92 +3,15 @@ package resilience
 import (
 	"net/http"
 	"net/http/httptest"
-	"sort"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/resilienthttp/resilience/internal/hedgestats"
 )
-
-func TestLatencyBucketBounds(t *testing.T) {
-	for _, us := range []uint64{0, 1, 7, 8, 9, 15, 16, 100, 999, 1000, 12345, 1 << 20, 3e7} {
-		b := latencyBucket(us)
-		require.Less(t, us, latencyUpper(b), "bucket %d of %dµs", b, us)
-		if b > 0 {
-			require.GreaterOrEqual(t, us, latencyUpper(b-1), "bucket %d of %dµs", b, us)
-		}
-		assert.LessOrEqual(t, float64(latencyUpper(b)), float64(us)*1.125+1, "at most 12.5%% above")
-	}
-	assert.Equal(t, latencyBuckets-1, latencyBucket(1<<40), "clamped to the last bucket")
-}
-
-// The sketch's percentile is never below the true one and at most 12.5%
-// above it.
-func TestLatencySketchPercentile(t *testing.T) {
-	l := &latencySketch{epoch: time.Now()}
-	_, ok := l.percentile(0.95)
-	assert.False(t, ok, "no samples yet")
-	var ds []time.Duration
-	for i := range 1000 {
-		d := time.Duration(1+i%200) * time.Millisecond
-		if i%10 == 0 {
-			d = time.Second
-		}
-		ds = append(ds, d)
-		l.record(d)
-	}
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	for _, p := range []float64{0.5, 0.8, 0.95} {
-		l.at.Store(0) // no cache
-		got, ok := l.percentile(p)
-		require.True(t, ok)
-		want := ds[int(p*float64(len(ds)))-1]
-		assert.GreaterOrEqual(t, got, want, "p%v", p)
-		assert.LessOrEqual(t, float64(got), float64(want)*1.125+float64(time.Microsecond), "p%v", p)
-	}
-}
-
-func TestLatencySketchAllocs(t *testing.T) {
-	l := &latencySketch{epoch: time.Now()}
-	assert.Zero(t, testing.AllocsPerRun(1000, func() { l.record(3 * time.Millisecond) }))
-	assert.Zero(t, testing.AllocsPerRun(1000, func() { l.at.Store(0); l.percentile(0.95) }))
-}
-
-func BenchmarkLatencySketchRecord(b *testing.B) {
-	l := &latencySketch{epoch: time.Now()}
-	b.ReportAllocs()
-	for i := 0; b.Loop(); i++ {
-		l.record(time.Duration(i%5000) * time.Microsecond)
-	}
-}
-
-func BenchmarkLatencySketchPercentile(b *testing.B) {
-	l := &latencySketch{epoch: time.Now()}
-	for i := range 10000 {
-		l.record(time.Duration(i%5000) * time.Microsecond)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		l.at.Store(0) // recompute every time: the uncached cost
-		l.percentile(0.95)
-	}
-}
-
-// The cap holds exactly within a window: of 1000 calls that each ask for a
-// hedge, 5% plus the reserve of one get it.
-func TestExtraLoadClaim(t *testing.T) {
-	w := &extraLoad{epoch: time.Now()}
-	granted := 0
-	for range 1000 {
-		w.call()
-		if w.claim(0.05) {
-			granted++
-		}
-	}
-	assert.Equal(t, 51, granted)
-}
 
 // Against an upstream that is uniformly slow (every answer after 20ms,
 // Delay 1ms), every call wants a hedge; MaxExtraLoad holds them to its
@@ -139,15 +62,15 @@ func TestHedgeDelayPercentile(t *testing.T) {
 	c := &call{h: h, cfg: h.cfg.Load()}
 	assert.Equal(t, time.Second, c.hedgeDelay(), "too few attempts seen: Delay")
 	for i := range 200 {
-		h.latency.record(time.Duration(i%100) * 100 * time.Microsecond) // 0 to 9.9ms
+		h.latency.Record(time.Duration(i%100) * 100 * time.Microsecond) // 0 to 9.9ms
 	}
-	h.latency.at.Store(0)
+	time.Sleep(hedgestats.LatencyRefresh) // past the cached percentile
 	d := c.hedgeDelay()
 	assert.GreaterOrEqual(t, d, 9*time.Millisecond)
 	assert.LessOrEqual(t, d, 11*time.Millisecond)
 	for range 1000 {
-		h.latency.record(time.Minute)
+		h.latency.Record(time.Minute)
 	}
-	h.latency.at.Store(0)
+	time.Sleep(hedgestats.LatencyRefresh) // past the cached percentile
 	assert.Equal(t, 500*time.Millisecond, c.hedgeDelay(), "the ceiling")
 }

@@ -1,8 +1,6 @@
 package resilience
 
 import (
-	"github.com/resilienthttp/resilience/internal/headers"
-
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/resilienthttp/resilience/internal/headers"
 )
 
 // sqUpstream enforces a quota of limit requests per fixed window, the

@@ -10,11 +10,9 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
-	"github.com/resilienthttp/resilience/internal/headers"
-
-	"github.com/resilienthttp/resilience/internal/httpbody"
-
 	"github.com/resilienthttp/resilience/internal/budget"
+	"github.com/resilienthttp/resilience/internal/headers"
+	"github.com/resilienthttp/resilience/internal/httpbody"
 )
 
 // The standard stack, outermost first: admission (concurrency and rate, in

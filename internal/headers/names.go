@@ -78,3 +78,18 @@ func First(h http.Header, name string) string {
 	}
 	return ""
 }
+
+// ValidName reports whether s is an RFC 9110 token, as a field name must
+// be.
+func ValidName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return s != ""
+}
