@@ -8,14 +8,6 @@ import (
 	"github.com/failsafe-go/failsafe-go/bulkhead"
 )
 
-// admission is a call's hold on its host's concurrency limit.
-type admission struct {
-	permit *policies // those whose bulkhead the call holds a permit of, if any
-	// quotaTaken, set when the call took its share of the quota its
-	// upstream announced (serverquota.go), is kept in retrying's padding:
-	// here it would move every call to the next allocation size class.
-}
-
 // admit takes a concurrency permit, waiting in the queue if there is room
 // there, and a rate permit, and reports whether the call waited. The permit
 // is given back to the bulkhead it came from, even if an Update has

@@ -2,7 +2,6 @@ package resilience
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -15,23 +14,6 @@ import (
 // stays cheap, and if the attempt deadline fires during the body it simply
 // re-arms for the total deadline. A retried response drains under a short
 // bound of its own.
-
-// deadlines is a call's side of its deadlines: the limits, the timer, and
-// the current attempt's context. mu guards the fields below it, and the
-// delivery's done and reported.
-type deadlines struct {
-	attemptLimit time.Duration // the attempt timeout; 0 for none
-	totalLimit   time.Duration // the total timeout; 0 for none
-	totalAt      time.Time     // zero without a total timeout
-
-	mu         sync.Mutex
-	timer      *timerSlot
-	armedAt    time.Time
-	armedCause error                   // what the timer cancels with; nil when disarmed
-	cancel     context.CancelCauseFunc // the current attempt's
-	fired      error                   // the cause the timer cancelled the current attempt with
-	inBody     bool                    // the current attempt's headers arrived in time
-}
 
 // A timerSlot is a reusable timer whose function is bound once, to the slot;
 // the slot points at the call it serves. Handlers pool them, which saves a

@@ -4,21 +4,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/resilienthttp/resilience/internal/httpbody"
 )
-
-// delivery is the state of the response handed to the caller, whose body is
-// the call itself: the end of the body ends the call.
-type delivery struct {
-	done      bool          // the call has ended; guarded by mu
-	reported  bool          // the total timeout while reading the body was emitted; guarded by mu
-	delivered bool          // the body is the caller's, so the total timeout ends the call; guarded by mu
-	rcClosed  atomic.Bool   // rc has been closed
-	rc        io.ReadCloser // the returned response's body
-}
 
 // errDrainTimeout cuts short the draining of a retried response.
 var errDrainTimeout = errors.New("resilience: drain timeout")

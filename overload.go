@@ -2,12 +2,9 @@ package resilience
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
@@ -420,72 +417,3 @@ func (e *OverloadError) Error() string {
 
 // Is reports whether target is ErrOverloaded.
 func (e *OverloadError) Is(target error) bool { return target == ErrOverloaded }
-
-// takeSlot takes a slot of s's overload limiter for the call's attempt n,
-// if the limiter is on. A first attempt, or a retry while the limiter is
-// not shedding, waits for one (queue), at most MaxQueueWait and never past
-// the call's deadline; a hedge only tries. ctx is the attempt's. A refusal
-// is reported (EventOverloadShed) and returned: an *OverloadError, or ctx's
-// error if the caller left while waiting.
-func (c *call) takeSlot(ctx context.Context, s *hostState, n int, queue bool) (overloadSlot, error) {
-	l := s.policies.Load().overload
-	if l == nil {
-		return overloadSlot{}, nil
-	}
-	var wait time.Duration
-	if queue {
-		wait = l.opts.MaxQueueWait
-		if d := c.deadline(); !d.IsZero() {
-			wait = min(wait, time.Until(d))
-		}
-	}
-	slot, err := l.acquire(ctx, wait, n)
-	var oe *OverloadError
-	if errors.As(err, &oe) {
-		c.emit(Event{Kind: EventOverloadShed, Host: s.host, Attempt: n, Err: oe})
-	}
-	if now, changed := l.overloaded(); changed {
-		kind := EventOverloadEnded
-		if now {
-			kind = EventOverloaded
-		}
-		e := Event{Kind: kind, Host: s.host}
-		if oe != nil {
-			e.Err = oe
-		}
-		c.h.emit(e)
-	}
-	return slot, err
-}
-
-// overloadOutcome is what an attempt that ended with resp and err (fired: the
-// deadline that cut it, if any) tells the overload limiter.
-func (c *call) overloadOutcome(resp *http.Response, err, fired error) overloadOutcome {
-	switch {
-	case fired == ErrAttemptTimeout:
-		return overloadTimeout
-	case fired != nil || c.callerLeft() != nil:
-		return overloadDropped
-	case err != nil:
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			return overloadLoss
-		}
-		return overloadDropped
-	case resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests:
-		return overloadLoss
-	}
-	return overloadAnswered
-}
-
-// A shedError says that the overload limiter shed a retry: the call ends on
-// the outcome before it.
-type shedError struct{ *OverloadError }
-
-// overloadFailure is the error of a call whose first attempt the limiter
-// refused.
-func (c *call) overloadFailure(err error) error {
-	if errors.Is(err, ErrOverloaded) {
-		return c.errorf(nil, err, "")
-	}
-	return c.errorf(nil, err, "waiting for a slot")
-}

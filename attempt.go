@@ -1,0 +1,298 @@
+package resilience
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"syscall"
+	"time"
+
+	"github.com/resilienthttp/resilience/internal/budget"
+	"github.com/resilienthttp/resilience/internal/headers"
+	"github.com/resilienthttp/resilience/internal/httpbody"
+)
+
+// attempt sends one attempt through the circuit breaker under the attempt
+// deadline. When final is true the call is over and err says why; otherwise
+// the outcome is the attempt's, for the retry layer to judge.
+func (c *call) attempt(now time.Time, waited time.Duration, rt *route) (resp *http.Response, err error, final bool) {
+	h := c.h
+	if err := c.callerLeft(); err != nil {
+		return nil, c.errorf(nil, err, ""), true // the caller left: say so, not what the circuit would have said
+	}
+	if !c.totalAt.IsZero() && !now.Before(c.totalAt) {
+		return nil, c.totalTimeout(nil), true
+	}
+	if h.isolated.Load() {
+		return nil, c.rejected(ErrIsolated), true
+	}
+	s, ep := c.s, (*endpoint)(nil)
+	var probe uint64
+	if rt != nil {
+		if ep, s, probe, err = c.admitRouted(rt); err != nil {
+			return nil, c.errorf(ErrCircuitOpen, err, "on every endpoint"), true
+		}
+	} else if probe, err = s.admit(); err != nil {
+		return nil, c.rejected(err), true
+	}
+	slot, err := c.takeSlot(c.req.Context(), s, c.attempts+1, true)
+	if err != nil {
+		s.releaseProbe(probe) // nothing was sent
+		var oe *OverloadError
+		if c.attempts > 0 && errors.As(err, &oe) {
+			return nil, &shedError{oe}, true // a retry shed: the call ends on the outcome before
+		}
+		return nil, c.overloadFailure(err), true
+	}
+	if slot.l != nil {
+		now = slot.at // the attempt's deadline runs from the end of its wait for a slot
+	}
+	if !c.prepared {
+		// Only now, once the call will be sent, is the body read ahead.
+		c.prepared = true
+		if err := c.body.Prepare(c.req, c.repeatable, c.cfg.MaxBufferedBody); err != nil {
+			slot.release(overloadDropped, 0)
+			s.releaseProbe(probe) // the request's own failure
+			return nil, c.errorf(nil, err, ""), true
+		}
+	}
+	body, getBody, err := c.body.Next()
+	if err != nil {
+		slot.release(overloadDropped, 0)
+		s.releaseProbe(probe)
+		return nil, c.errorf(nil, err, ""), true
+	}
+
+	ctx, cancel := context.WithCancelCause(c.req.Context())
+	r, sent := c.attemptRequest(ctx, body, getBody)
+	if ep != nil {
+		ep.retarget(r)
+	}
+	c.attempts++
+	c.start(cancel, now)
+	sentAt := c.sendingAttempt(c.attempts)
+	resp, err = c.base.RoundTrip(r)
+	c.attemptAnswered(sentAt, resp)
+	fired := c.headers()
+	if slot.l != nil {
+		o := c.overloadOutcome(resp, err, fired)
+		if o == overloadLoss && requestFault(sent, err) != nil {
+			o = overloadDropped
+		}
+		slot.release(o, time.Since(slot.at))
+	}
+	c.attemptEnded(c.attempts, now, waited, resp, err, fired, ep)
+
+	switch {
+	case fired == ErrTotalTimeout:
+		if resp != nil {
+			resp.Body.Close()
+		}
+		s.abandonProbe(probe, ErrTotalTimeout)
+		return nil, c.totalTimeout(err), true
+	case fired == ErrAttemptTimeout:
+		if resp != nil {
+			resp.Body.Close()
+		}
+		resp, err = nil, ErrAttemptTimeout
+		e := Event{Kind: EventAttemptTimeout, Err: err}
+		if ep != nil {
+			e.Endpoint, e.Host = ep.base, s.host
+		}
+		c.emit(e)
+	case err != nil && c.callerLeft() != nil:
+		s.abandonProbe(probe, err)
+		return nil, c.errorf(nil, err, ""), true
+	case err != nil:
+		if fault := requestFault(sent, err); fault != nil {
+			s.releaseProbe(probe) // says nothing about the upstream
+			return nil, c.errorf(nil, fault, ""), true
+		}
+	}
+	c.retryable = c.judge(s, c.attempts == 1, c.budget(), resp, err)
+	return resp, err, false
+}
+
+// attemptRequest returns the request of one attempt, a shallow copy of the
+// caller's on ctx carrying body, and the httpbody.Sent that tracks it, if any.
+func (c *call) attemptRequest(ctx context.Context, body io.ReadCloser, getBody func() (io.ReadCloser, error)) (*http.Request, *httpbody.Sent) {
+	r := c.req.WithContext(ctx)
+	if body == nil || body == http.NoBody {
+		r.Body, r.GetBody = body, getBody
+		return r, nil
+	}
+	sent := httpbody.Track(body, c.req.ContentLength, getBody)
+	r.Body, r.GetBody = sent, nil
+	if getBody != nil {
+		r.GetBody = sent.Rewind
+	}
+	return r, sent
+}
+
+// requestFault returns the failure of the request itself behind err, the
+// error of an attempt that sent body: its body's reader failed, its body
+// did not match its ContentLength, or the transport refused it as
+// malformed. Such a failure is the caller's: it is not retried, and neither
+// the circuit breaker nor the retry budget counts it.
+func requestFault(body *httpbody.Sent, err error) error {
+	if isRequestError(err) {
+		return err
+	}
+	if fault := body.Fault(); fault != nil {
+		if errors.Is(err, errors.Unwrap(fault)) {
+			return err // the transport returned the reader's error itself
+		}
+		return fmt.Errorf("%w (%v)", fault, err)
+	}
+	return nil
+}
+
+// judge tells s's circuit breaker and the retry budget rb (nil for none: an
+// attempt the budget does not count) how an attempt went (the first of its
+// call, or a later one), and reports whether it is a
+// failure the retry layer would retry. The standard classification
+// (IsTransient) is computed once for all three; with Hedging.Endpoints it
+// counts an endpoint's own failure (endpointFault) too, which moves the
+// call on to another endpoint.
+func (c *call) judge(s *hostState, first bool, rb *budget.Budget, resp *http.Response, err error) (retryable bool) {
+	cfg := c.cfg
+	var transient bool
+	if cfg.Retry.ShouldRetry == nil || cfg.CircuitBreaker.ShouldHandle == nil {
+		transient = IsTransient(resp, err) || (cfg.route != nil && endpointFault(err))
+	}
+	retryable = transient
+	if f := cfg.Retry.ShouldRetry; f != nil {
+		retryable = f(c.req, resp, err)
+	}
+	if c.keyed {
+		retryable = keyedVerdict(resp, retryable, cfg.Retry.ShouldRetry != nil)
+	}
+	if b := s.breaker(); b != nil {
+		failed := transient
+		if f := cfg.CircuitBreaker.ShouldHandle; f != nil {
+			failed = f(resp, err)
+		}
+		if failed {
+			s.failures.record(resp, err)
+			b.RecordFailure()
+		} else {
+			b.RecordSuccess()
+		}
+	}
+	if rb != nil {
+		rb.Record(first, retryable)
+	}
+	return retryable
+}
+
+// takeSlot takes a slot of s's overload limiter for the call's attempt n,
+// if the limiter is on. A first attempt, or a retry while the limiter is
+// not shedding, waits for one (queue), at most MaxQueueWait and never past
+// the call's deadline; a hedge only tries. ctx is the attempt's. A refusal
+// is reported (EventOverloadShed) and returned: an *OverloadError, or ctx's
+// error if the caller left while waiting.
+func (c *call) takeSlot(ctx context.Context, s *hostState, n int, queue bool) (overloadSlot, error) {
+	l := s.policies.Load().overload
+	if l == nil {
+		return overloadSlot{}, nil
+	}
+	var wait time.Duration
+	if queue {
+		wait = l.opts.MaxQueueWait
+		if d := c.deadline(); !d.IsZero() {
+			wait = min(wait, time.Until(d))
+		}
+	}
+	slot, err := l.acquire(ctx, wait, n)
+	var oe *OverloadError
+	if errors.As(err, &oe) {
+		c.emit(Event{Kind: EventOverloadShed, Host: s.host, Attempt: n, Err: oe})
+	}
+	if now, changed := l.overloaded(); changed {
+		kind := EventOverloadEnded
+		if now {
+			kind = EventOverloaded
+		}
+		e := Event{Kind: kind, Host: s.host}
+		if oe != nil {
+			e.Err = oe
+		}
+		c.h.emit(e)
+	}
+	return slot, err
+}
+
+// overloadOutcome is what an attempt that ended with resp and err (fired: the
+// deadline that cut it, if any) tells the overload limiter.
+func (c *call) overloadOutcome(resp *http.Response, err, fired error) overloadOutcome {
+	switch {
+	case fired == ErrAttemptTimeout:
+		return overloadTimeout
+	case fired != nil || c.callerLeft() != nil:
+		return overloadDropped
+	case err != nil:
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return overloadLoss
+		}
+		return overloadDropped
+	case resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests:
+		return overloadLoss
+	}
+	return overloadAnswered
+}
+
+// A shedError says that the overload limiter shed a retry: the call ends on
+// the outcome before it.
+type shedError struct{ *OverloadError }
+
+// overloadFailure is the error of a call whose first attempt the limiter
+// refused.
+func (c *call) overloadFailure(err error) error {
+	if errors.Is(err, ErrOverloaded) {
+		return c.errorf(nil, err, "")
+	}
+	return c.errorf(nil, err, "waiting for a slot")
+}
+
+// sendingAttempt notes that attempt n of the call is being sent, and
+// returns when, or zero if the quota is not followed yet. A retry or hedge
+// spends from the quota, and so does a first attempt whose call was
+// admitted before the quota was followed; the others took their share at
+// admission.
+func (c *call) sendingAttempt(n int) time.Time {
+	if !c.followsServer() {
+		return time.Time{}
+	}
+	q := &c.s.quota
+	q.sending.Add(1)
+	if !q.active.Load() {
+		return time.Time{}
+	}
+	now := time.Now()
+	if n > 1 || !c.quotaTaken {
+		q.spend(now)
+	}
+	return now
+}
+
+// attemptAnswered notes the end of an attempt sendingAttempt returned
+// sentAt for, and what its response, if any, says of the quota.
+func (c *call) attemptAnswered(sentAt time.Time, resp *http.Response) {
+	if !c.followsServer() {
+		return
+	}
+	q := &c.s.quota
+	if resp != nil {
+		h := resp.Header
+		if _, ok := c.base.(*http.Transport); !ok && headers.QuotaSpelledOtherwise(h) {
+			h = headers.CanonicalClone(h) // net/http's canonicalizes what it reads; another may not
+		}
+		if resp.StatusCode == http.StatusTooManyRequests || headers.HasQuota(h) {
+			q.observe(resp, h, sentAt, time.Now(), c.maxServerWait(), c.cfg.RateLimit.PauseOn429)
+			return
+		}
+	}
+	q.sending.Add(-1)
+}
