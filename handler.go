@@ -10,10 +10,13 @@ import (
 	"github.com/resilienthttp/resilience/internal/hedgestats"
 )
 
-// A Handler is the resilience stack of one upstream: its circuit breaker,
-// its concurrency and rate limits, its name and its events. It is safe for
-// concurrent use; share one Handler among all the clients that call the same
-// upstream so that they share its state.
+// A Handler is the client-side resilience stack of one upstream, not an
+// http.Handler: the state that every call to that upstream shares (its
+// circuit breaker, its concurrency, rate and overload limits, its retry
+// budget, its name and its events), used by the Transports it makes. It is
+// safe for concurrent use; share one Handler among all the clients that
+// call the same upstream so that they share its state. HealthHandler is
+// the http.Handler that reports on Handlers.
 //
 // With Options.PerHost, every authority (scheme://host:port) the Handler
 // sees gets a circuit breaker and limits of its own. Update changes its
