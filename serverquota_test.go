@@ -543,7 +543,7 @@ func sqTransport(t *testing.T, opts Options) (*Handler, http.RoundTripper) {
 }
 
 // A 429's Retry-After takes precedence over the reset of the quota it
-// announces (the README's rule): with Retry-After: 1 and a reset 4 s away,
+// announces (the rule in docs/server-pacing.md): with Retry-After: 1 and a reset 4 s away,
 // calls go again after 1 s, and the next answer says what is left.
 func TestServerQuotaRetryAfterWinsOverReset(t *testing.T) {
 	var q serverQuota

@@ -19,8 +19,9 @@ const maxInFlight = 16
 //
 // go-redis ignores a context's deadline unless its client was built with
 // ContextTimeoutEnabled; it then waits for its own ReadTimeout (3s by
-// default), retries and dials (5s), so the README's client against a
-// stalled Redis held a call for seconds. The Limiter does not refuse such
+// default), retries and dials (5s), so the client that
+// docs/shared-rate-limit.md shows held a call for seconds against a stalled
+// Redis. The Limiter does not refuse such
 // a client: the call still gets a context that ends at the Timeout (which
 // a client with ContextTimeoutEnabled honours, ending the goroutine then),
 // and its waiters stop waiting at the Timeout in any case.

@@ -44,8 +44,8 @@ func blackHole(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// readmeClient is the README's client of addr (go-redis's defaults: no
-// ContextTimeoutEnabled, 5s to dial, 3s to read), closed when the test
+// readmeClient is the client of addr that docs/shared-rate-limit.md
+// shows (go-redis's defaults: no ContextTimeoutEnabled, 5s to dial, 3s to read), closed when the test
 // ends.
 func readmeClient(t *testing.T, addr string) *redis.Client {
 	t.Helper()
