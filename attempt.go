@@ -14,28 +14,32 @@ import (
 	"github.com/resilienthttp/resilience/internal/httpbody"
 )
 
+// sending is a call sending one attempt, through its retry loop or its
+// hedging race.
+type sending struct{ *call }
+
 // attempt sends one attempt through the circuit breaker under the attempt
 // deadline. When final is true the call is over and err says why; otherwise
 // the outcome is the attempt's, for the retry layer to judge.
-func (c *call) attempt(now time.Time, waited time.Duration, rt *route) (resp *http.Response, err error, final bool) {
+func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *http.Response, err error, final bool) {
 	h := c.h
 	if err := c.callerLeft(); err != nil {
 		return nil, c.errorf(nil, err, ""), true // the caller left: say so, not what the circuit would have said
 	}
 	if !c.totalAt.IsZero() && !now.Before(c.totalAt) {
-		return nil, c.totalTimeout(nil), true
+		return nil, reporting{c.call}.totalTimeout(nil), true
 	}
 	if h.isolated.Load() {
-		return nil, c.rejected(ErrIsolated), true
+		return nil, reporting{c.call}.rejected(ErrIsolated), true
 	}
 	s, ep := c.s, (*endpoint)(nil)
 	var probe uint64
 	if rt != nil {
-		if ep, s, probe, err = c.admitRouted(rt); err != nil {
+		if ep, s, probe, err = (routing{c.call}).admitRouted(rt); err != nil {
 			return nil, c.errorf(ErrCircuitOpen, err, "on every endpoint"), true
 		}
 	} else if probe, err = s.admit(); err != nil {
-		return nil, c.rejected(err), true
+		return nil, reporting{c.call}.rejected(err), true
 	}
 	slot, err := c.takeSlot(c.req.Context(), s, c.attempts+1, true)
 	if err != nil {
@@ -83,7 +87,7 @@ func (c *call) attempt(now time.Time, waited time.Duration, rt *route) (resp *ht
 		}
 		slot.release(o, time.Since(slot.at))
 	}
-	c.attemptEnded(c.attempts, now, waited, resp, err, fired, ep)
+	reporting{c.call}.attemptEnded(c.attempts, now, waited, resp, err, fired, ep)
 
 	switch {
 	case fired == ErrTotalTimeout:
@@ -91,7 +95,7 @@ func (c *call) attempt(now time.Time, waited time.Duration, rt *route) (resp *ht
 			resp.Body.Close()
 		}
 		s.abandonProbe(probe, ErrTotalTimeout)
-		return nil, c.totalTimeout(err), true
+		return nil, reporting{c.call}.totalTimeout(err), true
 	case fired == ErrAttemptTimeout:
 		if resp != nil {
 			resp.Body.Close()
@@ -117,7 +121,7 @@ func (c *call) attempt(now time.Time, waited time.Duration, rt *route) (resp *ht
 
 // attemptRequest returns the request of one attempt, a shallow copy of the
 // caller's on ctx carrying body, and the httpbody.Sent that tracks it, if any.
-func (c *call) attemptRequest(ctx context.Context, body io.ReadCloser, getBody func() (io.ReadCloser, error)) (*http.Request, *httpbody.Sent) {
+func (c sending) attemptRequest(ctx context.Context, body io.ReadCloser, getBody func() (io.ReadCloser, error)) (*http.Request, *httpbody.Sent) {
 	r := c.req.WithContext(ctx)
 	if body == nil || body == http.NoBody {
 		r.Body, r.GetBody = body, getBody
@@ -156,7 +160,7 @@ func requestFault(body *httpbody.Sent, err error) error {
 // (IsTransient) is computed once for all three; with Hedging.Endpoints it
 // counts an endpoint's own failure (endpointFault) too, which moves the
 // call on to another endpoint.
-func (c *call) judge(s *hostState, first bool, rb *budget.Budget, resp *http.Response, err error) (retryable bool) {
+func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.Response, err error) (retryable bool) {
 	cfg := c.cfg
 	var transient bool
 	if cfg.Retry.ShouldRetry == nil || cfg.CircuitBreaker.ShouldHandle == nil {
@@ -193,7 +197,7 @@ func (c *call) judge(s *hostState, first bool, rb *budget.Budget, resp *http.Res
 // the call's deadline; a hedge only tries. ctx is the attempt's. A refusal
 // is reported (EventOverloadShed) and returned: an *OverloadError, or ctx's
 // error if the caller left while waiting.
-func (c *call) takeSlot(ctx context.Context, s *hostState, n int, queue bool) (overloadSlot, error) {
+func (c sending) takeSlot(ctx context.Context, s *hostState, n int, queue bool) (overloadSlot, error) {
 	l := s.policies.Load().overload
 	if l == nil {
 		return overloadSlot{}, nil
@@ -226,7 +230,7 @@ func (c *call) takeSlot(ctx context.Context, s *hostState, n int, queue bool) (o
 
 // overloadOutcome is what an attempt that ended with resp and err (fired: the
 // deadline that cut it, if any) tells the overload limiter.
-func (c *call) overloadOutcome(resp *http.Response, err, fired error) overloadOutcome {
+func (c sending) overloadOutcome(resp *http.Response, err, fired error) overloadOutcome {
 	switch {
 	case fired == ErrAttemptTimeout:
 		return overloadTimeout
@@ -249,7 +253,7 @@ type shedError struct{ *OverloadError }
 
 // overloadFailure is the error of a call whose first attempt the limiter
 // refused.
-func (c *call) overloadFailure(err error) error {
+func (c sending) overloadFailure(err error) error {
 	if errors.Is(err, ErrOverloaded) {
 		return c.errorf(nil, err, "")
 	}
@@ -261,8 +265,8 @@ func (c *call) overloadFailure(err error) error {
 // spends from the quota, and so does a first attempt whose call was
 // admitted before the quota was followed; the others took their share at
 // admission.
-func (c *call) sendingAttempt(n int) time.Time {
-	if !c.followsServer() {
+func (c sending) sendingAttempt(n int) time.Time {
+	if !c.cfg.followsServer() {
 		return time.Time{}
 	}
 	q := &c.s.quota
@@ -279,8 +283,8 @@ func (c *call) sendingAttempt(n int) time.Time {
 
 // attemptAnswered notes the end of an attempt sendingAttempt returned
 // sentAt for, and what its response, if any, says of the quota.
-func (c *call) attemptAnswered(sentAt time.Time, resp *http.Response) {
-	if !c.followsServer() {
+func (c sending) attemptAnswered(sentAt time.Time, resp *http.Response) {
+	if !c.cfg.followsServer() {
 		return
 	}
 	q := &c.s.quota
@@ -290,7 +294,7 @@ func (c *call) attemptAnswered(sentAt time.Time, resp *http.Response) {
 			h = headers.CanonicalClone(h) // net/http's canonicalizes what it reads; another may not
 		}
 		if resp.StatusCode == http.StatusTooManyRequests || headers.HasQuota(h) {
-			q.observe(resp, h, sentAt, time.Now(), c.maxServerWait(), c.cfg.RateLimit.PauseOn429)
+			q.observe(resp, h, sentAt, time.Now(), c.cfg.maxServerWait(), c.cfg.RateLimit.PauseOn429)
 			return
 		}
 	}

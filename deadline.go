@@ -118,7 +118,7 @@ func (c *call) fire() {
 	c.mu.Unlock()
 	cancel(cause)
 	if expire {
-		c.expire()
+		deliveredBody{c}.expire()
 	}
 }
 

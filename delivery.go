@@ -9,6 +9,11 @@ import (
 	"github.com/resilienthttp/resilience/internal/httpbody"
 )
 
+// deliveredBody is the body of the response handed to the caller: the
+// call itself, whose end the body's end is. One pointer, so that making it
+// the response's Body allocates nothing.
+type deliveredBody struct{ *call }
+
 // errDrainTimeout cuts short the draining of a retried response.
 var errDrainTimeout = errors.New("resilience: drain timeout")
 
@@ -39,12 +44,12 @@ func (c *call) discard(resp *http.Response) *http.Response {
 
 // deliver hands resp to the caller, its body wrapped so that the end of the
 // body ends the call.
-func (c *call) deliver(resp *http.Response) {
+func (c deliveredBody) deliver(resp *http.Response) {
 	resp.Request = c.req
 	switch {
 	case resp.Body == nil || resp.Body == http.NoBody:
 		if c.cfg.Fallback.Enabled {
-			c.keepEmpty(resp) // fallback.go
+			fallingBack{c.call}.keepEmpty(resp) // fallback.go
 		}
 		c.finish()
 	case resp.StatusCode == http.StatusSwitchingProtocols:
@@ -55,12 +60,12 @@ func (c *call) deliver(resp *http.Response) {
 		c.mu.Unlock()
 		c.releasePermit()
 		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
-			resp.Body = upgraded{rwc, c}
+			resp.Body = upgraded{rwc, c.call}
 		}
 	default:
 		c.rc = resp.Body
 		if c.cfg.Fallback.Enabled {
-			c.rc = c.keeping(resp) // fallback.go
+			c.rc = fallingBack{c.call}.keeping(resp) // fallback.go
 		}
 		resp.Body = c
 		c.mu.Lock()
@@ -78,7 +83,7 @@ func (c *call) deliver(resp *http.Response) {
 // http.Client gives back what a call holds when its Timeout fires, and a
 // body never read nor closed cannot keep it for ever. The body then fails
 // with ErrTotalTimeout; closing it is still the caller's to do.
-func (c *call) expire() {
+func (c deliveredBody) expire() {
 	c.mu.Lock()
 	first := !c.reported && !c.done
 	c.reported = true
@@ -90,7 +95,7 @@ func (c *call) expire() {
 }
 
 // Read reads the response body, ending the call at EOF or on an error.
-func (c *call) Read(p []byte) (int, error) {
+func (c deliveredBody) Read(p []byte) (int, error) {
 	n, err := c.rc.Read(p)
 	if err != nil {
 		if err != io.EOF {
@@ -106,21 +111,21 @@ func (c *call) Read(p []byte) (int, error) {
 }
 
 // Close closes the response body and ends the call.
-func (c *call) Close() error {
+func (c deliveredBody) Close() error {
 	err := c.closeBody()
 	c.finish()
 	return err
 }
 
 // closeBody closes the returned response's body once.
-func (c *call) closeBody() error {
+func (c deliveredBody) closeBody() error {
 	if c.rcClosed.Swap(true) {
 		return nil
 	}
 	return c.rc.Close()
 }
 
-func (c *call) bodyError(err error) error {
+func (c deliveredBody) bodyError(err error) error {
 	c.mu.Lock()
 	fired, first := c.fired, !c.reported
 	if fired == ErrTotalTimeout {

@@ -11,6 +11,9 @@ import (
 	"github.com/resilienthttp/resilience/internal/httpbody"
 )
 
+// hedging is a call in its hedging race.
+type hedging struct{ *call }
+
 // Hedging, in place of the retry layer: the first attempt goes out, and
 // while it has no acceptable outcome another follows after Delay, up to
 // MaxHedges more, each with its own request clone, body copy, circuit
@@ -76,7 +79,7 @@ func detachedAttempt(ctx context.Context) (actx context.Context, a *hedgeAttempt
 	return actx, &hedgeAttempt{cancel: cancel, stop: stop}
 }
 
-func (c *call) hedge(now time.Time) (*http.Response, error) {
+func (c hedging) hedge(now time.Time) (*http.Response, error) {
 	cfg := c.cfg
 	if err := c.callerLeft(); err != nil {
 		return nil, c.errorf(nil, err, "") // the caller left: say so, not what the circuit would have said
@@ -96,9 +99,9 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		hedges = cfg.Hedging.MaxHedges
 	}
 	delay := c.hedgeDelay()
-	rt := c.newRoute() // nil without Hedging.Endpoints
+	rt := routing{c.call}.newRoute() // nil without Hedging.Endpoints
 	if rt != nil {
-		defer c.routeEnded(rt)
+		defer routing{c.call}.routeEnded(rt)
 	}
 	capped := hedges > 0 && cfg.Hedging.MaxExtraLoad != NoExtraLoadCap
 	if capped {
@@ -113,7 +116,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		t := hedgeTarget{s: c.s, claimed: claimed}
 		var refused error
 		if rt != nil {
-			t.ep, t.s, t.probe, refused = c.admitRouted(rt)
+			t.ep, t.s, t.probe, refused = routing{c.call}.admitRouted(rt)
 			t.idx, t.admitted = rt.last, true
 		}
 		var body io.ReadCloser
@@ -225,7 +228,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 					if rt != nil { // each endpoint's refusal was reported
 						return nil, c.errorf(ErrCircuitOpen, o.err, "on every endpoint")
 					}
-					return nil, c.rejected(o.err)
+					return nil, reporting{c.call}.rejected(o.err)
 				}
 				if rt == nil {
 					c.emit(Event{Kind: EventCircuitRejected, Attempt: o.n, Err: o.err})
@@ -234,7 +237,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 				c.attempts-- // never sent
 				if o.n == 1 {
 					c.settle(attempts, results, running, last, false)
-					return nil, c.overloadFailure(o.err)
+					return nil, sending{c.call}.overloadFailure(o.err)
 				}
 			case outcomeFailure:
 				if rt != nil {
@@ -256,7 +259,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 				}
 			}
 			if running == 0 && last != nil {
-				return c.result(last.resp, last.err) // every attempt failed
+				return retryLoop{c.call}.result(last.resp, last.err) // every attempt failed
 			}
 		case <-tick:
 			if another(delay, running > 0) || refused {
@@ -265,7 +268,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 		case <-ctx.Done():
 			c.settle(attempts, results, running, last, false)
 			if context.Cause(ctx) == ErrTotalTimeout {
-				return nil, c.totalTimeout(nil)
+				return nil, reporting{c.call}.totalTimeout(nil)
 			}
 			return nil, c.errorf(nil, c.req.Context().Err(), "")
 		}
@@ -275,7 +278,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 // hedgeAttempt is one attempt of a hedged call, in its own goroutine: under
 // the circuit breaker and the attempt deadline, on its own context. It
 // touches nothing of the call that the main goroutine writes.
-func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc, n int, delay time.Duration, body io.ReadCloser, getBody func() (io.ReadCloser, error), t hedgeTarget) hedgeOutcome {
+func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc, n int, delay time.Duration, body io.ReadCloser, getBody func() (io.ReadCloser, error), t hedgeTarget) hedgeOutcome {
 	// A hedge that follows a failure claimed a budget token; an outcome that
 	// is not judged settles the claim here. The retry budget counts the
 	// first attempt and those hedges, not the speculative ones.
@@ -306,7 +309,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 			return hedgeOutcome{n: n, kind: outcomeRejected, err: reason}
 		}
 	}
-	slot, err := c.takeSlot(ctx, s, n, n == 1) // the first waits; a hedge only tries
+	slot, err := sending{c.call}.takeSlot(ctx, s, n, n == 1) // the first waits; a hedge only tries
 	if err != nil {
 		unsent()
 		s.releaseProbe(probe)
@@ -317,13 +320,13 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 		deadline = time.AfterFunc(d, func() { cancel(ErrAttemptTimeout) })
 	}
 	start := time.Now()
-	r, sent := c.attemptRequest(ctx, body, getBody)
+	r, sent := sending{c.call}.attemptRequest(ctx, body, getBody)
 	if t.ep != nil {
 		t.ep.retarget(r)
 	}
-	sentAt := c.sendingAttempt(n)
+	sentAt := sending{c.call}.sendingAttempt(n)
 	resp, err := c.base.RoundTrip(r)
-	c.attemptAnswered(sentAt, resp)
+	sending{c.call}.attemptAnswered(sentAt, resp)
 	if deadline != nil {
 		deadline.Stop()
 	}
@@ -336,7 +339,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 		cutBy = cause
 	}
 	if slot.l != nil {
-		o := c.overloadOutcome(resp, err, cutBy)
+		o := sending{c.call}.overloadOutcome(resp, err, cutBy)
 		if cause != nil && cutBy == nil {
 			o = overloadDropped // the race's loser
 		}
@@ -345,7 +348,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 		}
 		slot.release(o, time.Since(slot.at))
 	}
-	c.attemptEnded(n, start, delay, resp, err, cutBy, t.ep)
+	reporting{c.call}.attemptEnded(n, start, delay, resp, err, cutBy, t.ep)
 	if c.cfg.Hedging.DelayPercentile > 0 && (cause == nil || cause == ErrAttemptTimeout) {
 		c.h.latency.Record(time.Since(start)) // not a loser cut short: it says nothing of the latency
 	}
@@ -359,7 +362,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 			e.Endpoint, e.Host = t.ep.base, s.host
 		}
 		c.emit(e)
-		c.judge(s, n == 1, rb, nil, ErrAttemptTimeout)
+		sending{c.call}.judge(s, n == 1, rb, nil, ErrAttemptTimeout)
 		return hedgeOutcome{n: n, err: ErrAttemptTimeout, kind: outcomeFailure, ep: t.idx}
 	case cause != nil || (err != nil && c.callerLeft() != nil):
 		settle()
@@ -372,7 +375,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 			return hedgeOutcome{n: n, err: fault, kind: outcomeWin, ep: t.idx}
 		}
 	}
-	if c.judge(s, n == 1, rb, resp, err) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
+	if (sending{c.call}).judge(s, n == 1, rb, resp, err) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
 		return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeFailure, ep: t.idx}
 	}
 	return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeWin, ep: t.idx}
@@ -387,7 +390,7 @@ func (c *call) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc,
 // drained as a retried response's is, bounded, and only then is its context
 // cancelled. Without grace (the deadline passed, or the caller left) the
 // attempts still running are cancelled at once.
-func (c *call) settle(attempts []*hedgeAttempt, results <-chan hedgeOutcome, running int, last *hedgeOutcome, grace bool) {
+func (c hedging) settle(attempts []*hedgeAttempt, results <-chan hedgeOutcome, running int, last *hedgeOutcome, grace bool) {
 	for _, a := range attempts {
 		switch {
 		case a.done:
@@ -437,14 +440,14 @@ func (c *call) settle(attempts []*hedgeAttempt, results <-chan hedgeOutcome, run
 // discardLoser discards the outcome of attempt a, which lost, and then
 // cancels a's context: a response is drained before its connection could
 // be closed under it.
-func (c *call) discardLoser(a *hedgeAttempt, o *hedgeOutcome) {
+func (c hedging) discardLoser(a *hedgeAttempt, o *hedgeOutcome) {
 	c.discardOutcome(o)
 	a.cancel(errHedgeLost)
 }
 
 // discardOutcome drains and closes a response that lost, bounded in bytes
 // like a retried one and in time by closing it when httpbody.MaxDrainTime passes.
-func (c *call) discardOutcome(o *hedgeOutcome) {
+func (c hedging) discardOutcome(o *hedgeOutcome) {
 	if o.resp != nil {
 		t := time.AfterFunc(httpbody.MaxDrainTime, func() { o.resp.Body.Close() })
 		httpbody.Drain(o.resp)

@@ -9,7 +9,7 @@ import (
 // sent: Hedging.Delay, or with DelayPercentile, that percentile of the
 // recent attempts within [MinDelay, MaxDelay] (Delay until enough attempts
 // have been seen).
-func (c *call) hedgeDelay() time.Duration {
+func (c hedging) hedgeDelay() time.Duration {
 	hg := &c.cfg.Hedging
 	if hg.DelayPercentile == 0 {
 		return hg.Delay

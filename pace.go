@@ -19,7 +19,7 @@ const (
 
 // pace holds the call until the permit of the rate named limit, due in
 // wait, or refuses the call. A wait of zero or less admits it at once.
-func (c *call) pace(limit string, wait time.Duration) error {
+func (c admitting) pace(limit string, wait time.Duration) error {
 	if wait <= 0 {
 		return nil
 	}
@@ -36,7 +36,7 @@ func (c *call) pace(limit string, wait time.Duration) error {
 
 // rateRefused is the error, and the event, for a call the rate named
 // limit refused; its next permit is due in retryAfter, zero if unknown.
-func (c *call) rateRefused(limit string, retryAfter time.Duration) error {
+func (c admitting) rateRefused(limit string, retryAfter time.Duration) error {
 	cause := &RateLimitError{Limit: limit, RetryAfter: max(0, retryAfter)}
 	c.emit(Event{Kind: EventRateLimited, Err: cause})
 	return c.errorf(ErrRateLimited, cause, "")
@@ -44,7 +44,7 @@ func (c *call) rateRefused(limit string, retryAfter time.Duration) error {
 
 // paceLocal takes a permit of the handler's own rate, waiting for it when
 // RateLimitOptions.Wait says so and it is due before the call's deadline.
-func (c *call) paceLocal(l ratelimiter.RateLimiter[any], rl RateLimitOptions) error {
+func (c admitting) paceLocal(l ratelimiter.RateLimiter[any], rl RateLimitOptions) error {
 	if !rl.Wait {
 		if l.TryAcquirePermit() {
 			return nil

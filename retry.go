@@ -9,14 +9,17 @@ import (
 	"github.com/resilienthttp/resilience/internal/headers"
 )
 
+// retryLoop is a call in its retry loop.
+type retryLoop struct{ *call }
+
 // run is the retry loop. It returns the response to give the caller, or
 // the error.
-func (c *call) run(now time.Time) (*http.Response, error) {
+func (c retryLoop) run(now time.Time) (*http.Response, error) {
 	cfg := c.cfg
 	c.repeatable = !cfg.Retry.Disabled && (c.keyed || cfg.methods.repeatable(c.req, c.over))
-	rt := c.newRoute() // nil without Hedging.Endpoints
+	rt := routing{c.call}.newRoute() // nil without Hedging.Endpoints
 	if rt != nil {
-		defer c.routeEnded(rt)
+		defer routing{c.call}.routeEnded(rt)
 	}
 	var waited time.Duration    // before attempt n
 	var prevResp *http.Response // the outcome before attempt n, for a retry the overload limiter sheds
@@ -25,7 +28,7 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 		if n > 1 {
 			now = time.Now()
 		}
-		resp, err, final := c.attempt(now, waited, rt)
+		resp, err, final := sending{c.call}.attempt(now, waited, rt)
 		if final {
 			if n > 1 && c.budget() != nil {
 				c.budget().Release() // never judged: its claim says nothing
@@ -109,7 +112,7 @@ func (c *call) run(now time.Time) (*http.Response, error) {
 // Retry-After honoured wins over DelayFunc, which wins over the computed
 // delay. elsewhere says the retry goes to another endpoint than resp's:
 // resp's Retry-After does not apply to it.
-func (c *call) nextDelay(n int, resp *http.Response, err error, elsewhere bool) (time.Duration, bool) {
+func (c retryLoop) nextDelay(n int, resp *http.Response, err error, elsewhere bool) (time.Duration, bool) {
 	r := c.cfg.Retry
 	if c.delays == nil {
 		c.delays = newBackOff(r)
@@ -142,7 +145,7 @@ func (c *call) nextDelay(n int, resp *http.Response, err error, elsewhere bool) 
 }
 
 // result is what the caller gets when retries stop on an attempt's outcome.
-func (c *call) result(resp *http.Response, err error) (*http.Response, error) {
+func (c retryLoop) result(resp *http.Response, err error) (*http.Response, error) {
 	if err == nil {
 		return resp, nil
 	}

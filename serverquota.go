@@ -217,15 +217,15 @@ func (q *serverQuota) update(r headers.Quota, sentAt, now time.Time, most time.D
 	}
 }
 
-// followsServer reports whether the call follows the server's quota.
-func (c *call) followsServer() bool {
-	rl := &c.cfg.RateLimit
+// followsServer reports whether calls under cfg follow the server's quota.
+func (cfg *config) followsServer() bool {
+	rl := &cfg.RateLimit
 	return !rl.Disabled && !rl.IgnoreServerQuota
 }
 
-// maxServerWait is the longest pause or reset the call's options keep.
-func (c *call) maxServerWait() time.Duration {
-	if m := c.cfg.Retry.MaxRetryAfter; m > 0 {
+// maxServerWait is the longest pause or reset cfg keeps.
+func (cfg *config) maxServerWait() time.Duration {
+	if m := cfg.Retry.MaxRetryAfter; m > 0 {
 		return m
 	}
 	return maxServerWait
@@ -233,8 +233,8 @@ func (c *call) maxServerWait() time.Duration {
 
 // paceServer admits the call by the quota its upstream announced, waiting
 // for the reset or refusing the call as RateLimitOptions.Wait says.
-func (c *call) paceServer() error {
-	if !c.followsServer() {
+func (c admitting) paceServer() error {
+	if !c.cfg.followsServer() {
 		return nil
 	}
 	q := &c.s.quota

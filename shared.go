@@ -50,7 +50,7 @@ type SharedRateResult struct {
 
 // paceShared takes a permit of the shared rate sr, waiting for it when
 // RateLimitOptions.Wait says so and it is due before the call's deadline.
-func (c *call) paceShared(sr SharedRate) error {
+func (c admitting) paceShared(sr SharedRate) error {
 	key := c.cfg.Name
 	if c.s.host != "" {
 		key += " " + c.s.host
@@ -69,7 +69,7 @@ func (c *call) paceShared(sr SharedRate) error {
 			c.emit(Event{Kind: EventRateLimited, Err: err})
 			return c.errorf(ErrRateLimited, err, "the %s rate's store failed", limitShared)
 		}
-		c.s.sharedFallback(c, res.Fallback)
+		c.s.sharedFallback(c.call, res.Fallback)
 		if res.Wait <= 0 {
 			return nil
 		}

@@ -41,38 +41,38 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 	if c.totalLimit > 0 {
 		c.totalAt = now.Add(c.totalLimit)
 	}
-	queued, err := c.admit()
+	queued, err := admitting{c}.admit()
 	if err != nil {
 		c.body.Close()
-		c.ended(now, nil, err)
+		reporting{c}.ended(now, nil, err)
 		c.finish()
 		return nil, err
 	}
 	var resp *http.Response
 	if cfg.Hedging.Enabled {
-		resp, err = c.hedge(now)
+		resp, err = hedging{c}.hedge(now)
 	} else {
 		first := now
 		if queued {
 			first = time.Now() // the first attempt starts after the wait
 		}
-		resp, err = c.run(first)
+		resp, err = retryLoop{c}.run(first)
 	}
 	c.body.Close()
-	c.ended(now, resp, err)
+	reporting{c}.ended(now, resp, err)
 	if err != nil {
 		c.finish()
 		if cfg.Fallback.Enabled {
-			return c.fallback(err)
+			return fallingBack{c}.fallback(err)
 		}
 		return nil, err
 	}
 	if cfg.Fallback.Enabled && resp.StatusCode >= 500 {
-		if kept, err := c.fallbackOnStatus(resp); kept != resp {
+		if kept, err := (fallingBack{c}).fallbackOnStatus(resp); kept != resp {
 			c.finish()
 			return kept, err
 		}
 	}
-	c.deliver(resp)
+	deliveredBody{c}.deliver(resp)
 	return resp, nil
 }
