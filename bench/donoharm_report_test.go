@@ -24,6 +24,9 @@ type dnhMedian struct {
 	opens   float64 // circuit openings
 	stale   float64 // % of calls answered stale by the fallback layer
 	oldest  float64 // seconds: the oldest stale answer's Age
+	limit   float64 // % of calls the run's upstream could serve (dnhScenario.measuredLimit)
+	goodput float64 // % of calls served while the load was offered (dnhResult.goodput)
+	service float64 // ms: the mean time a request in service held a worker
 }
 
 type dnhReport struct {
@@ -49,6 +52,9 @@ func newDNHReport(clients []dnhClient, runs map[dnhKey][]dnhResult, wall time.Du
 			opens:   m(func(x dnhResult) float64 { return float64(x.opens) }),
 			stale:   m(func(x dnhResult) float64 { return 100 * float64(x.stale) / float64(x.calls) }),
 			oldest:  m(func(x dnhResult) float64 { return x.oldest.Seconds() }),
+			limit:   m(func(x dnhResult) float64 { return x.limit }),
+			goodput: m(dnhResult.goodput),
+			service: m(func(x dnhResult) float64 { return float64(x.service) / float64(time.Millisecond) }),
 		}
 	}
 	return r
@@ -162,9 +168,12 @@ func (r *dnhReport) issue19Targets() []dnhTargetRow {
 		case sc.rejectCost > 0:
 			row("success ≥ bare − 1", sc.name, fmt.Sprintf("bare %.1f − 1", bare.success), success,
 				func(m dnhMedian) bool { return m.success >= bare.success-1 })
-			limit := 0.97 * sc.physicalLimit()
-			row("success ≥ 97% of the physical limit", sc.name, fmt.Sprintf("%.1f", limit), success,
-				func(m dnhMedian) bool { return m.success >= limit })
+			// The limit each client's own upstream had: the same capacity
+			// formula with the service time its workers were held for.
+			row("goodput ≥ 97% of the physical limit", sc.name,
+				fmt.Sprintf("97%% of each run's measured limit (nominal %.1f)", sc.physicalLimit()),
+				func(m dnhMedian) string { return fmt.Sprintf("%.1f of %.1f", m.goodput, m.limit) },
+				func(m dnhMedian) bool { return m.goodput >= 0.97*m.limit })
 		case sc.name == "overload2":
 			row("attempts/call ≤ 1.2", sc.name, "1.2", func(m dnhMedian) string { return fmt.Sprintf("%.2f", m.perCall) },
 				func(m dnhMedian) bool { return m.perCall <= 1.2 })
@@ -283,7 +292,11 @@ func (r *dnhReport) markdown() string {
 	if rows := r.issue19Targets(); len(rows) > 0 {
 		p("\n## Targets of issue 19 (overload; not counted above)\n\n")
 		p("rejectcost*: the overloaded upstream's 503s each hold a worker for %.0f%% of a request's service time; "+
-			"physical limit = capacity / offered.\n\n| target | scenario | reference |", 100*rejectCostOf(dnhScenarios))
+			"physical limit = capacity / offered, the capacity measured in each run: the upstream's workers over the time a request in service "+
+			"actually held one (its timer fires late, more so on a loaded machine: the nominal service time overstates the capacity; dnhScenario.measuredLimit). "+
+			"Goodput, rate against rate: the %% of calls served while the load was offered, before the last call started (success also counts what a client "+
+			"had still queued then). "+
+			"Median service time measured, ms (nominal in brackets):%s\n\n| target | scenario | reference |", 100*rejectCostOf(dnhScenarios), r.serviceTimes())
 		for _, v := range dnhVariants {
 			p(" %s |", v.name)
 		}
@@ -301,6 +314,27 @@ func (r *dnhReport) markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// serviceTimes lists, for each rejection-cost scenario, the median service
+// time each client's upstream measured, beside the nominal one.
+func (r *dnhReport) serviceTimes() string {
+	var b strings.Builder
+	for _, sc := range dnhScenarios {
+		if sc.rejectCost == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, " %s (%.1f):", sc.name, float64(sc.serviceTime())/float64(time.Millisecond))
+		sep := " "
+		for _, c := range r.clients {
+			if m, ok := r.med[dnhKey{sc.name, c.name}]; ok {
+				fmt.Fprintf(&b, "%s%s %.2f", sep, c.name, m.service)
+				sep = ", "
+			}
+		}
+		b.WriteString(";")
+	}
+	return strings.TrimSuffix(b.String(), ";") + "."
 }
 
 // rejectCostOf is the first scenario's rejection cost (they share one).
