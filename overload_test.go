@@ -100,7 +100,8 @@ func TestOverloadLimiterWaitEnds(t *testing.T) {
 }
 
 // The loss cap: cut to lossFactor of the peak in flight, at most once per
-// window, never under MinLimit; +1/cap per success, lifted over MaxLimit.
+// window, never under MinLimit; +1/cap per success (a quarter of that
+// while losses are congestion), lifted over MaxLimit.
 func TestOverloadLossCapArithmetic(t *testing.T) {
 	clock := newTestClock()
 	l := newOverloadLimiter(testOverloadOptions(2, 20), clock.now)
@@ -136,7 +137,13 @@ func TestOverloadLossCapArithmetic(t *testing.T) {
 	s, err := l.acquire(context.Background(), 0, 1)
 	require.NoError(t, err)
 	s.release(overloadAnswered, time.Millisecond)
-	assert.InDelta(t, 2.5, l.lossCap, 1e-9, "+1/cap per success")
+	assert.InDelta(t, 2+congestedGrowth/2, l.lossCap, 1e-9, "a quarter of 1/cap per success while losses are congestion")
+	l.lossRate = 0 // the losses have stopped
+	capBefore := l.lossCap
+	s, err = l.acquire(context.Background(), 0, 1)
+	require.NoError(t, err)
+	s.release(overloadAnswered, time.Millisecond)
+	assert.InDelta(t, capBefore+1/capBefore, l.lossCap, 1e-9, "+1/cap per success otherwise")
 	for l.lossCap < 100 {
 		s, _ := l.acquire(context.Background(), 0, 1)
 		s.release(overloadAnswered, time.Millisecond)
