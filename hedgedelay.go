@@ -34,6 +34,9 @@ func resolveHedgeDelay(hg *HedgingOptions, bad func(string, any, string) error) 
 	}
 	if hg.MinDelay == 0 {
 		hg.MinDelay = DefaultHedgingMinDelay
+		if hg.MaxDelay > 0 {
+			hg.MinDelay = min(hg.MinDelay, hg.MaxDelay) // the default yields to a shorter MaxDelay
+		}
 	}
 	if hg.MaxDelay == 0 {
 		hg.MaxDelay = max(hg.Delay, hg.MinDelay)

@@ -73,8 +73,8 @@ type Options struct {
 	CircuitBreaker CircuitBreakerOptions
 
 	// AttemptTimeout bounds each attempt until its response headers
-	// arrive. It must not exceed TotalTimeout. Default 10s; negative
-	// disables it.
+	// arrive. It must not exceed TotalTimeout. Default 10s, or
+	// TotalTimeout when that is shorter; negative disables it.
 	AttemptTimeout time.Duration
 
 	// PerHost gives every authority (scheme://host:port) the handler sees a
@@ -293,7 +293,8 @@ type RetryOptions struct {
 	// attempt. Default 3.
 	MaxRetries int
 
-	// Delay is the base delay between attempts. Default 2s; negative
+	// Delay is the base delay between attempts. Default 2s, or MaxDelay
+	// when that is set and shorter; negative
 	// means no delay: retries go at once, whatever Backoff and MaxDelay
 	// say (a Retry-After the server sent is still honoured).
 	Delay time.Duration
@@ -391,7 +392,8 @@ type HedgingOptions struct {
 	DelayPercentile float64
 
 	// MinDelay is the shortest adaptive delay, so that an upstream that
-	// answers fast is not hedged on noise. Default 1ms.
+	// answers fast is not hedged on noise. Default 1ms, or MaxDelay when
+	// that is set and shorter.
 	MinDelay time.Duration
 
 	// MaxDelay is the longest adaptive delay. Default Delay.
@@ -601,16 +603,14 @@ func resolve(o Options) (*config, error) {
 	if o.TotalTimeout == 0 {
 		o.TotalTimeout = DefaultTotalTimeout
 	}
-	defaultAttempt := o.AttemptTimeout == 0
-	if defaultAttempt {
+	if o.AttemptTimeout == 0 {
 		o.AttemptTimeout = DefaultAttemptTimeout
+		if o.TotalTimeout > 0 {
+			o.AttemptTimeout = min(o.AttemptTimeout, o.TotalTimeout) // the default yields to a shorter TotalTimeout
+		}
 	}
 	if o.TotalTimeout > 0 && o.AttemptTimeout > o.TotalTimeout {
-		reason := fmt.Sprintf("must not exceed TotalTimeout (%v)", o.TotalTimeout)
-		if defaultAttempt {
-			reason += "; it defaults to 10s, so set it too when TotalTimeout is shorter"
-		}
-		return nil, bad("AttemptTimeout", o.AttemptTimeout, reason)
+		return nil, bad("AttemptTimeout", o.AttemptTimeout, fmt.Sprintf("must not exceed TotalTimeout (%v)", o.TotalTimeout))
 	}
 
 	// Retry.
@@ -628,13 +628,14 @@ func resolve(o Options) (*config, error) {
 	if r.MaxRetries == 0 {
 		r.MaxRetries = DefaultMaxRetries
 	}
-	delay := fmt.Sprint(r.Delay)
 	if r.Delay == 0 {
 		r.Delay = DefaultRetryDelay
-		delay = fmt.Sprintf("default %v", r.Delay)
+		if r.MaxDelay > 0 {
+			r.Delay = min(r.Delay, r.MaxDelay) // the default yields to a shorter MaxDelay
+		}
 	}
 	if r.MaxDelay > 0 && r.Delay > r.MaxDelay {
-		return nil, bad("Retry.MaxDelay", r.MaxDelay, "must not be below Retry.Delay ("+delay+")")
+		return nil, bad("Retry.MaxDelay", r.MaxDelay, fmt.Sprintf("must not be below Retry.Delay (%v)", r.Delay))
 	}
 	if r.MaxDelay == 0 {
 		r.MaxDelay = max(DefaultMaxRetryDelay, r.Delay)

@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,10 +38,9 @@ func TestOptionsInvalid(t *testing.T) {
 		{"RequestsPerSecond negative", Options{RateLimit: RateLimitOptions{RequestsPerSecond: -1}}, "RateLimit.RequestsPerSecond", ""},
 		{"Burst without RequestsPerSecond", Options{RateLimit: RateLimitOptions{Burst: 5}}, "RateLimit.Burst", "RequestsPerSecond"},
 		{"MaxDelay below Delay", Options{Retry: RetryOptions{Delay: 2 * time.Second, MaxDelay: time.Second}}, "Retry.MaxDelay", "Retry.Delay"},
-		{"MaxDelay below the default Delay", Options{Retry: RetryOptions{MaxDelay: time.Second}}, "Retry.MaxDelay", "default 2s"},
 		{"RequestsPerSecond too small", Options{RateLimit: RateLimitOptions{RequestsPerSecond: 1e-12}}, "RateLimit.RequestsPerSecond", "at least 0.001"},
 		{"Burst too large", Options{RateLimit: RateLimitOptions{RequestsPerSecond: 1, Burst: 2_000_000}}, "RateLimit.Burst", "at most"},
-		{"TotalTimeout under the default AttemptTimeout", Options{TotalTimeout: 5 * time.Second}, "AttemptTimeout", "defaults to 10s"},
+		{"hedging MaxDelay below MinDelay", Options{Hedging: HedgingOptions{DelayPercentile: 0.9, MinDelay: 2 * time.Millisecond, MaxDelay: time.Millisecond}}, "Hedging.MaxDelay", "Hedging.MinDelay (2ms)"},
 		{"AttemptTimeout above TotalTimeout", Options{TotalTimeout: time.Second, AttemptTimeout: 2 * time.Second}, "AttemptTimeout", "TotalTimeout"},
 		{"SamplingDuration under twice AttemptTimeout", Options{AttemptTimeout: time.Second, CircuitBreaker: CircuitBreakerOptions{SamplingDuration: 1500 * time.Millisecond}}, "CircuitBreaker.SamplingDuration", "AttemptTimeout"},
 		{"method with a space", Options{Retry: RetryOptions{Methods: []string{"GE T"}}}, "Retry.Methods[0]", ""},
@@ -188,6 +188,49 @@ func TestOptionsDefaults(t *testing.T) {
 	assert.EqualValues(t, 1<<20, cfg.MaxBufferedBody)
 	assert.Nil(t, cfg.Logger)
 	assert.Nil(t, cfg.OnEvent)
+}
+
+// Issue 20: a default yields to an explicit value it would contradict;
+// only explicit values that contradict each other are an error.
+func TestOptionsDefaultsYield(t *testing.T) {
+	cfg, err := resolve(Options{TotalTimeout: 5 * time.Second})
+	require.NoError(t, err, "a TotalTimeout under the default AttemptTimeout")
+	assert.Equal(t, 5*time.Second, cfg.AttemptTimeout, "the attempt timeout yields to the total")
+	assert.Equal(t, DefaultSamplingDuration, cfg.CircuitBreaker.SamplingDuration)
+
+	cfg, err = resolve(Options{TotalTimeout: time.Minute})
+	require.NoError(t, err)
+	assert.Equal(t, DefaultAttemptTimeout, cfg.AttemptTimeout, "a longer total leaves the default")
+
+	cfg, err = resolve(Options{TotalTimeout: -1})
+	require.NoError(t, err)
+	assert.Equal(t, DefaultAttemptTimeout, cfg.AttemptTimeout, "no total timeout: the default")
+
+	cfg, err = resolve(Options{TotalTimeout: 5 * time.Second, AttemptTimeout: -1})
+	require.NoError(t, err)
+	assert.Negative(t, cfg.AttemptTimeout, "an attempt timeout turned off stays off")
+
+	_, err = resolve(Options{TotalTimeout: 5 * time.Second, AttemptTimeout: 6 * time.Second})
+	assert.ErrorContains(t, err, "AttemptTimeout (6s): must not exceed TotalTimeout (5s)", "explicit and contradictory")
+
+	cfg, err = resolve(Options{Retry: RetryOptions{MaxDelay: time.Second}})
+	require.NoError(t, err, "a MaxDelay under the default Delay")
+	assert.Equal(t, time.Second, cfg.Retry.Delay, "the delay yields to the cap")
+	assert.Equal(t, time.Second, cfg.Retry.MaxDelay)
+
+	_, err = resolve(Options{Retry: RetryOptions{Delay: 2 * time.Second, MaxDelay: time.Second}})
+	assert.ErrorContains(t, err, "must not be below Retry.Delay (2s)", "explicit and contradictory")
+
+	cfg, err = resolve(Options{Hedging: HedgingOptions{DelayPercentile: 0.9, MaxDelay: 500 * time.Microsecond}})
+	require.NoError(t, err, "a hedging MaxDelay under the default MinDelay")
+	assert.Equal(t, 500*time.Microsecond, cfg.Hedging.MinDelay)
+
+	// The same through LoadConfig: JSON and Go mean the same.
+	c, err := LoadConfig(strings.NewReader(`{"upstreams": {"a": {"totalTimeout": "5s"}}}`))
+	require.NoError(t, err)
+	h, err := NewHandler(c.Upstreams["a"])
+	require.NoError(t, err)
+	assert.Equal(t, 5*time.Second, h.cfg.Load().AttemptTimeout)
 }
 
 func TestOptionsDefaultsFillOnlyZeroFields(t *testing.T) {
