@@ -27,19 +27,19 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 		return nil, c.errorf(nil, err, ""), true // the caller left: say so, not what the circuit would have said
 	}
 	if !c.totalAt.IsZero() && !now.Before(c.totalAt) {
-		return nil, reporting{c.call}.totalTimeout(nil), true
+		return nil, reporting(c).totalTimeout(nil), true
 	}
 	if h.isolated.Load() {
-		return nil, reporting{c.call}.rejected(ErrIsolated), true
+		return nil, reporting(c).rejected(ErrIsolated), true
 	}
 	s, ep := c.s, (*endpoint)(nil)
 	var probe uint64
 	if rt != nil {
-		if ep, s, probe, err = (routing{c.call}).admitRouted(rt); err != nil {
+		if ep, s, probe, err = routing(c).admitRouted(rt); err != nil {
 			return nil, c.errorf(ErrCircuitOpen, err, "on every endpoint"), true
 		}
 	} else if probe, err = s.admit(); err != nil {
-		return nil, reporting{c.call}.rejected(err), true
+		return nil, reporting(c).rejected(err), true
 	}
 	slot, err := c.takeSlot(c.req.Context(), s, c.attempts+1, true)
 	if err != nil {
@@ -87,7 +87,7 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 		}
 		slot.release(o, time.Since(slot.at))
 	}
-	reporting{c.call}.attemptEnded(c.attempts, now, waited, resp, err, fired, ep)
+	reporting(c).attemptEnded(c.attempts, now, waited, resp, err, fired, ep)
 
 	switch {
 	case fired == ErrTotalTimeout:
@@ -95,7 +95,7 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 			resp.Body.Close()
 		}
 		s.abandonProbe(probe, ErrTotalTimeout)
-		return nil, reporting{c.call}.totalTimeout(err), true
+		return nil, reporting(c).totalTimeout(err), true
 	case fired == ErrAttemptTimeout:
 		if resp != nil {
 			resp.Body.Close()

@@ -1,5 +1,7 @@
 package resilience
 
+//lint:file-ignore SA1019 Request.Cancel is deprecated, but http.Client still closes it for a RoundTripper it does not know, so the handler honours it (callerLeft)
+
 import (
 	"context"
 	"errors"

@@ -49,7 +49,7 @@ func (c deliveredBody) deliver(resp *http.Response) {
 	switch {
 	case resp.Body == nil || resp.Body == http.NoBody:
 		if c.cfg.Fallback.Enabled {
-			fallingBack{c.call}.keepEmpty(resp) // fallback.go
+			fallingBack(c).keepEmpty(resp) // fallback.go
 		}
 		c.finish()
 	case resp.StatusCode == http.StatusSwitchingProtocols:
@@ -65,7 +65,7 @@ func (c deliveredBody) deliver(resp *http.Response) {
 	default:
 		c.rc = resp.Body
 		if c.cfg.Fallback.Enabled {
-			c.rc = fallingBack{c.call}.keeping(resp) // fallback.go
+			c.rc = fallingBack(c).keeping(resp) // fallback.go
 		}
 		resp.Body = c
 		c.mu.Lock()

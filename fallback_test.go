@@ -342,7 +342,8 @@ func TestFallbackNotForCallerThatLeft(t *testing.T) {
 	req, _ = http.NewRequest("GET", fx.srv.URL+"/l", nil)
 	gone := make(chan struct{})
 	close(gone)
-	req.Cancel = gone //nolint:staticcheck // the deprecated way is still honoured
+	//lint:ignore SA1019 the deprecated way is still honoured, and tested
+	req.Cancel = gone
 	resp, err := fx.client.Transport.RoundTrip(req)
 	if resp != nil {
 		resp.Body.Close()

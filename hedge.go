@@ -99,9 +99,9 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 		hedges = cfg.Hedging.MaxHedges
 	}
 	delay := c.hedgeDelay()
-	rt := routing{c.call}.newRoute() // nil without Hedging.Endpoints
+	rt := routing(c).newRoute() // nil without Hedging.Endpoints
 	if rt != nil {
-		defer routing{c.call}.routeEnded(rt)
+		defer routing(c).routeEnded(rt)
 	}
 	capped := hedges > 0 && cfg.Hedging.MaxExtraLoad != NoExtraLoadCap
 	if capped {
@@ -116,7 +116,7 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 		t := hedgeTarget{s: c.s, claimed: claimed}
 		var refused error
 		if rt != nil {
-			t.ep, t.s, t.probe, refused = routing{c.call}.admitRouted(rt)
+			t.ep, t.s, t.probe, refused = routing(c).admitRouted(rt)
 			t.idx, t.admitted = rt.last, true
 		}
 		var body io.ReadCloser
@@ -228,7 +228,7 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 					if rt != nil { // each endpoint's refusal was reported
 						return nil, c.errorf(ErrCircuitOpen, o.err, "on every endpoint")
 					}
-					return nil, reporting{c.call}.rejected(o.err)
+					return nil, reporting(c).rejected(o.err)
 				}
 				if rt == nil {
 					c.emit(Event{Kind: EventCircuitRejected, Attempt: o.n, Err: o.err})
@@ -237,7 +237,7 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 				c.attempts-- // never sent
 				if o.n == 1 {
 					c.settle(attempts, results, running, last, false)
-					return nil, sending{c.call}.overloadFailure(o.err)
+					return nil, sending(c).overloadFailure(o.err)
 				}
 			case outcomeFailure:
 				if rt != nil {
@@ -259,7 +259,7 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 				}
 			}
 			if running == 0 && last != nil {
-				return retryLoop{c.call}.result(last.resp, last.err) // every attempt failed
+				return retryLoop(c).result(last.resp, last.err) // every attempt failed
 			}
 		case <-tick:
 			if another(delay, running > 0) || refused {
@@ -268,7 +268,7 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 		case <-ctx.Done():
 			c.settle(attempts, results, running, last, false)
 			if context.Cause(ctx) == ErrTotalTimeout {
-				return nil, reporting{c.call}.totalTimeout(nil)
+				return nil, reporting(c).totalTimeout(nil)
 			}
 			return nil, c.errorf(nil, c.req.Context().Err(), "")
 		}
@@ -309,7 +309,7 @@ func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFun
 			return hedgeOutcome{n: n, kind: outcomeRejected, err: reason}
 		}
 	}
-	slot, err := sending{c.call}.takeSlot(ctx, s, n, n == 1) // the first waits; a hedge only tries
+	slot, err := sending(c).takeSlot(ctx, s, n, n == 1) // the first waits; a hedge only tries
 	if err != nil {
 		unsent()
 		s.releaseProbe(probe)
@@ -320,13 +320,13 @@ func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFun
 		deadline = time.AfterFunc(d, func() { cancel(ErrAttemptTimeout) })
 	}
 	start := time.Now()
-	r, sent := sending{c.call}.attemptRequest(ctx, body, getBody)
+	r, sent := sending(c).attemptRequest(ctx, body, getBody)
 	if t.ep != nil {
 		t.ep.retarget(r)
 	}
-	sentAt := sending{c.call}.sendingAttempt(n)
+	sentAt := sending(c).sendingAttempt(n)
 	resp, err := c.base.RoundTrip(r)
-	sending{c.call}.attemptAnswered(sentAt, resp)
+	sending(c).attemptAnswered(sentAt, resp)
 	if deadline != nil {
 		deadline.Stop()
 	}
@@ -339,7 +339,7 @@ func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFun
 		cutBy = cause
 	}
 	if slot.l != nil {
-		o := sending{c.call}.overloadOutcome(resp, err, cutBy)
+		o := sending(c).overloadOutcome(resp, err, cutBy)
 		if cause != nil && cutBy == nil {
 			o = overloadDropped // the race's loser
 		}
@@ -348,7 +348,7 @@ func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFun
 		}
 		slot.release(o, time.Since(slot.at))
 	}
-	reporting{c.call}.attemptEnded(n, start, delay, resp, err, cutBy, t.ep)
+	reporting(c).attemptEnded(n, start, delay, resp, err, cutBy, t.ep)
 	if c.cfg.Hedging.DelayPercentile > 0 && (cause == nil || cause == ErrAttemptTimeout) {
 		c.h.latency.Record(time.Since(start)) // not a loser cut short: it says nothing of the latency
 	}
@@ -362,7 +362,7 @@ func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFun
 			e.Endpoint, e.Host = t.ep.base, s.host
 		}
 		c.emit(e)
-		sending{c.call}.judge(s, n == 1, rb, nil, ErrAttemptTimeout)
+		sending(c).judge(s, n == 1, rb, nil, ErrAttemptTimeout)
 		return hedgeOutcome{n: n, err: ErrAttemptTimeout, kind: outcomeFailure, ep: t.idx}
 	case cause != nil || (err != nil && c.callerLeft() != nil):
 		settle()
@@ -375,7 +375,7 @@ func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFun
 			return hedgeOutcome{n: n, err: fault, kind: outcomeWin, ep: t.idx}
 		}
 	}
-	if (sending{c.call}).judge(s, n == 1, rb, resp, err) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
+	if sending(c).judge(s, n == 1, rb, resp, err) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
 		return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeFailure, ep: t.idx}
 	}
 	return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeWin, ep: t.idx}

@@ -72,9 +72,9 @@ func orLogger() (*slog.Logger, func() string) {
 }
 
 // orOpen opens the circuit of a handler over base with n failed calls and
-// returns the error of the call the open circuit rejects, the handler's
-// health as served in JSON, and all it logged.
-func orOpen(t *testing.T, base http.RoundTripper, n int) (h *Handler, rejection error, healthJSON, logged string) {
+// returns the handler's health as served in JSON, all it logged, and the
+// error of the call the open circuit rejects.
+func orOpen(t *testing.T, base http.RoundTripper, n int) (h *Handler, healthJSON, logged string, rejection error) {
 	t.Helper()
 	logger, logs := orLogger()
 	opts := cbOptions(&evRecorder{}, cbLongBreak)
@@ -105,7 +105,7 @@ func orOpen(t *testing.T, base http.RoundTripper, n int) (h *Handler, rejection 
 	rec := httptest.NewRecorder()
 	HealthHandler(h).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/health", nil))
 	require.Equal(t, http.StatusOK, rec.Code)
-	return h, rejection, rec.Body.String(), logs()
+	return h, rec.Body.String(), logs(), rejection
 }
 
 // orLogLine returns the one line of logged about event kind.
@@ -129,7 +129,7 @@ func TestCircuitReasonBoundedForHugeStatusLines(t *testing.T) {
 	base := &orRoundTripper{f: func(n int) (*http.Response, error) {
 		return orStatus(fmt.Sprintf("503 phrase%d ", n) + strings.Repeat(filler, 128<<10/len(filler))), nil
 	}}
-	h, rejection, healthJSON, logged := orOpen(t, base, 8)
+	h, healthJSON, logged, rejection := orOpen(t, base, 8)
 
 	reason := CheckHealth(h).Handlers["cb-test"].Reason
 	assert.Contains(t, reason, "8 of 8 attempts failed")
@@ -172,7 +172,7 @@ func TestCircuitReasonEscapesControlCharacters(t *testing.T) {
 	base := &orRoundTripper{f: func(int) (*http.Response, error) {
 		return orStatus("503 Busy\r\nlevel=ERROR msg=forged\x1b[2J\u202egnp.exe"), nil
 	}}
-	h, rejection, _, logged := orOpen(t, base, 4)
+	h, _, logged, rejection := orOpen(t, base, 4)
 	for name, text := range map[string]string{
 		"reason":    CheckHealth(h).Handlers["cb-test"].Reason,
 		"rejection": rejection.Error(),
@@ -201,7 +201,7 @@ func TestCircuitReasonRedactsURLSecrets(t *testing.T) {
 		returned = append(returned, err)
 		return nil, err
 	}}
-	h, rejection, healthJSON, logged := orOpen(t, base, 4)
+	h, healthJSON, logged, rejection := orOpen(t, base, 4)
 
 	reason := CheckHealth(h).Handlers["cb-test"].Reason
 	require.NotEmpty(t, reason)

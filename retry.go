@@ -17,9 +17,9 @@ type retryLoop struct{ *call }
 func (c retryLoop) run(now time.Time) (*http.Response, error) {
 	cfg := c.cfg
 	c.repeatable = !cfg.Retry.Disabled && (c.keyed || cfg.methods.repeatable(c.req, c.over))
-	rt := routing{c.call}.newRoute() // nil without Hedging.Endpoints
+	rt := routing(c).newRoute() // nil without Hedging.Endpoints
 	if rt != nil {
-		defer routing{c.call}.routeEnded(rt)
+		defer routing(c).routeEnded(rt)
 	}
 	var waited time.Duration    // before attempt n
 	var prevResp *http.Response // the outcome before attempt n, for a retry the overload limiter sheds
@@ -28,7 +28,7 @@ func (c retryLoop) run(now time.Time) (*http.Response, error) {
 		if n > 1 {
 			now = time.Now()
 		}
-		resp, err, final := sending{c.call}.attempt(now, waited, rt)
+		resp, err, final := sending(c).attempt(now, waited, rt)
 		if final {
 			if n > 1 && c.budget() != nil {
 				c.budget().Release() // never judged: its claim says nothing

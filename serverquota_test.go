@@ -362,7 +362,7 @@ func TestServerQuotaClampsHostileValues(t *testing.T) {
 			defer up.Close()
 			opts := sqOptions(&evRecorder{}, RateLimitOptions{PauseOn429: true})
 			opts.Retry.Disabled = true
-			h, tr := sqTransport(t, opts)
+			_, tr := sqTransport(t, opts)
 
 			_, err := sqGet(context.Background(), tr, up.URL)
 			require.NoError(t, err)
@@ -375,7 +375,7 @@ func TestServerQuotaClampsHostileValues(t *testing.T) {
 			// With MaxRetryAfter, to that; a caller that waits is sent after it.
 			opts.Retry.MaxRetryAfter = 30 * time.Millisecond
 			opts.RateLimit.Wait = true
-			h, err = NewHandler(opts)
+			h, err := NewHandler(opts)
 			require.NoError(t, err)
 			tr2 := h.Transport(&http.Transport{})
 			defer tr2.CloseIdleConnections()
