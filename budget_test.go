@@ -75,7 +75,7 @@ func TestRetryBudgetStopsRetryStorm(t *testing.T) {
 	// The bucket lets MaxTokens failed retries through before it closes,
 	// and at most one more per caller checked at the same moment: 320 calls
 	// make at most 320 + 20 + 32 attempts.
-	assert.LessOrEqual(t, with, 1+float64(DefaultBudgetTokens+32)/320, "the budget refuses nearly every retry")
+	assert.LessOrEqual(t, with, 1+float64(defaultBudgetTokens+32)/320, "the budget refuses nearly every retry")
 	assert.Positive(t, refusedWith, "each refusal is an event")
 }
 
@@ -125,7 +125,7 @@ func TestRetryBudgetOptionsInvalid(t *testing.T) {
 	assert.Equal(t, 1000.0, h.budget.Level())
 	h, err = NewHandler(Options{})
 	require.NoError(t, err)
-	assert.Equal(t, float64(DefaultBudgetTokens), h.budget.Level())
+	assert.Equal(t, float64(defaultBudgetTokens), h.budget.Level())
 }
 
 // A sparse caller whose every call needs two retries is never refused: its
@@ -192,7 +192,7 @@ func TestRetryBudgetBurstOfSimultaneousFailures(t *testing.T) {
 	ok := budgetRun(t, tr, srv.URL, callers, 1)
 	assert.EqualValues(t, callers, ok)
 	assert.Zero(t, rec.count(EventBudgetExceeded), "no retry of the burst was refused")
-	assert.Equal(t, float64(DefaultBudgetTokens), h.budget.Level())
+	assert.Equal(t, float64(defaultBudgetTokens), h.budget.Level())
 }
 
 // An upstream failing 70% of attempts at random is not down: retries that
@@ -249,7 +249,7 @@ func TestRetryBudgetBreakerOpensForDeadUpstream(t *testing.T) {
 	assert.Zero(t, ok)
 	assert.Equal(t, 1, rec.count(EventCircuitOpened), "opened once, and the break outlasts the test's calls")
 	assert.Equal(t, CircuitOpen, h.CircuitState())
-	assert.LessOrEqual(t, hits.Load(), int64(DefaultMinimumThroughput+DefaultBudgetTokens+1),
+	assert.LessOrEqual(t, hits.Load(), int64(defaultMinimumThroughput+defaultBudgetTokens+1),
 		"MinimumThroughput attempts, the budget's retries, then nothing: %d attempts for 200 calls", hits.Load())
 }
 
@@ -286,7 +286,7 @@ func TestRetryBudgetBoundsSlowFailingRetries(t *testing.T) {
 	defer tr.CloseIdleConnections()
 
 	budgetRun(t, tr, srv.URL, callers, 1)
-	assert.LessOrEqual(t, hits.Load(), int64(callers+DefaultBudgetTokens),
+	assert.LessOrEqual(t, hits.Load(), int64(callers+defaultBudgetTokens),
 		"64 first attempts and at most MaxTokens retries, not 64 x 4")
 	assert.Zero(t, h.budget.Level())
 	assert.True(t, h.budget.InFlight() == 0, "every claim settled")
@@ -393,7 +393,7 @@ func TestRetryBudgetLeavesSuccessfulHedgesAlone(t *testing.T) {
 	assert.Zero(t, rec.count(EventBudgetExceeded), "no hedge refused by the budget")
 	assert.EqualValues(t, callers*(1+hedges), arrived.Load())
 	assert.Equal(t, callers*hedges, rec.count(EventHedge))
-	assert.Equal(t, float64(DefaultBudgetTokens), tr.Handler().budget.Level(), "nothing failed: the bucket is full")
+	assert.Equal(t, float64(defaultBudgetTokens), tr.Handler().budget.Level(), "nothing failed: the bucket is full")
 }
 
 // Issue 18, item 8: through the retry loop: call a's retry holds the one

@@ -356,21 +356,21 @@ func objectField[T, F any](fs fieldSet[F], field func(*T) *F) func(*T, json.RawM
 var overloadFields = fieldSet[OverloadOptions]{
 	"disabled": boolField(func(o *OverloadOptions) *bool { return &o.Disabled }),
 	"minLimit": intField(func(o *OverloadOptions) *int { return &o.MinLimit },
-		rejectZero(DefaultOverloadMinLimit, "")),
+		rejectZero(defaultOverloadMinLimit, "")),
 	"maxLimit": intField(func(o *OverloadOptions) *int { return &o.MaxLimit },
-		rejectZero(DefaultOverloadMaxLimit, "")),
+		rejectZero(defaultOverloadMaxLimit, "")),
 	"initialLimit": intField(func(o *OverloadOptions) *int { return &o.InitialLimit },
-		rejectZero(DefaultOverloadInitialLimit, "")),
+		rejectZero(defaultOverloadInitialLimit, "")),
 	"maxQueue": intField(func(o *OverloadOptions) *int { return &o.MaxQueue },
-		rejectZero(DefaultOverloadMaxQueue, "")),
+		rejectZero(defaultOverloadMaxQueue, "")),
 	"maxQueueWait": durationField(func(o *OverloadOptions) *time.Duration { return &o.MaxQueueWait },
-		rejectZero(DefaultOverloadMaxQueueWait, "")),
+		rejectZero(defaultOverloadMaxQueueWait, "")),
 }
 
 var rateLimitFields = fieldSet[RateLimitOptions]{
 	"disabled": boolField(func(o *RateLimitOptions) *bool { return &o.Disabled }),
 	"maxConcurrent": intField(func(o *RateLimitOptions) *int { return &o.MaxConcurrent },
-		rejectZero(DefaultMaxConcurrent, "set rateLimit.disabled to turn admission control off")),
+		rejectZero(defaultMaxConcurrent, "set rateLimit.disabled to turn admission control off")),
 	"maxQueue":          intField(func(o *RateLimitOptions) *int { return &o.MaxQueue }, keepZero),
 	"requestsPerSecond": floatField(func(o *RateLimitOptions) *float64 { return &o.RequestsPerSecond }, keepZero),
 	"burst":             intField(func(o *RateLimitOptions) *int { return &o.Burst }, keepZero),
@@ -385,7 +385,7 @@ var retryFields = fieldSet[fileOptions]{
 	"maxRetries": maxRetriesField,
 	"delay":      retryDelayField,
 	"maxDelay": durationField(func(o *fileOptions) *time.Duration { return &o.Retry.MaxDelay },
-		rejectZero(fmt.Sprintf("%v, or retry.delay when that is longer", DefaultMaxRetryDelay), "")),
+		rejectZero(fmt.Sprintf("%v, or retry.delay when that is longer", defaultMaxRetryDelay), "")),
 	"backoff":          backoffField,
 	"noJitter":         boolField(func(o *fileOptions) *bool { return &o.Retry.NoJitter }),
 	"methods":          stringsField(func(o *fileOptions) *[]string { return &o.Retry.Methods }),
@@ -430,12 +430,12 @@ func backoffField(o *fileOptions, raw json.RawMessage, path string) error {
 var circuitBreakerFields = fieldSet[CircuitBreakerOptions]{
 	"disabled": boolField(func(o *CircuitBreakerOptions) *bool { return &o.Disabled }),
 	"failureRatio": floatField(func(o *CircuitBreakerOptions) *float64 { return &o.FailureRatio },
-		rejectZero(DefaultFailureRatio, "set circuitBreaker.disabled to turn the circuit breaker off")),
+		rejectZero(defaultFailureRatio, "set circuitBreaker.disabled to turn the circuit breaker off")),
 	"minimumThroughput": minimumThroughputField,
 	"samplingDuration": durationField(func(o *CircuitBreakerOptions) *time.Duration { return &o.SamplingDuration },
-		rejectZero(fmt.Sprintf("%v, or twice attemptTimeout when that is longer", DefaultSamplingDuration), "")),
+		rejectZero(fmt.Sprintf("%v, or twice attemptTimeout when that is longer", defaultSamplingDuration), "")),
 	"breakDuration": durationField(func(o *CircuitBreakerOptions) *time.Duration { return &o.BreakDuration },
-		rejectZero(DefaultBreakDuration, "set circuitBreaker.disabled to turn the circuit breaker off")),
+		rejectZero(defaultBreakDuration, "set circuitBreaker.disabled to turn the circuit breaker off")),
 }
 
 // minimumThroughputField reads circuitBreaker.minimumThroughput, where a
@@ -454,22 +454,22 @@ func minimumThroughputField(o *CircuitBreakerOptions, raw json.RawMessage, path 
 var retryBudgetFields = fieldSet[RetryBudgetOptions]{
 	"disabled": boolField(func(o *RetryBudgetOptions) *bool { return &o.Disabled }),
 	"maxTokens": floatField(func(o *RetryBudgetOptions) *float64 { return &o.MaxTokens },
-		rejectZero(DefaultBudgetTokens, "set retryBudget.disabled to turn the retry budget off")),
+		rejectZero(defaultBudgetTokens, "set retryBudget.disabled to turn the retry budget off")),
 	"tokenRatio": floatField(func(o *RetryBudgetOptions) *float64 { return &o.TokenRatio },
-		rejectZero(DefaultBudgetTokenRatio, "set retryBudget.disabled to turn the retry budget off")),
+		rejectZero(defaultBudgetTokenRatio, "set retryBudget.disabled to turn the retry budget off")),
 	"retrySuccessTokens": floatField(func(o *RetryBudgetOptions) *float64 { return &o.RetrySuccessTokens },
-		rejectZero(DefaultBudgetRetrySuccess, "set retryBudget.disabled to turn the retry budget off")),
+		rejectZero(defaultBudgetRetrySuccess, "set retryBudget.disabled to turn the retry budget off")),
 }
 
 var hedgingFields = fieldSet[HedgingOptions]{
 	"enabled": boolField(func(o *HedgingOptions) *bool { return &o.Enabled }),
 	"maxHedges": intField(func(o *HedgingOptions) *int { return &o.MaxHedges },
-		rejectZero(DefaultMaxHedges, "leave hedging.enabled false to send no hedges")),
+		rejectZero(defaultMaxHedges, "leave hedging.enabled false to send no hedges")),
 	"delay": durationField(func(o *HedgingOptions) *time.Duration { return &o.Delay },
-		rejectZero(DefaultHedgingDelay, `write a short duration such as "10ms" to hedge sooner`)),
+		rejectZero(defaultHedgingDelay, `write a short duration such as "10ms" to hedge sooner`)),
 	"delayPercentile": floatField(func(o *HedgingOptions) *float64 { return &o.DelayPercentile }, keepZero),
 	"minDelay": durationField(func(o *HedgingOptions) *time.Duration { return &o.MinDelay },
-		rejectZero(DefaultHedgingMinDelay, "")),
+		rejectZero(defaultHedgingMinDelay, "")),
 	"maxDelay": durationField(func(o *HedgingOptions) *time.Duration { return &o.MaxDelay },
 		rejectZero("hedging.delay", "")),
 	"maxExtraLoad": maxExtraLoadField,
@@ -535,18 +535,18 @@ func endpointsField(o *HedgingOptions, raw json.RawMessage, path string) error {
 var perHostFields = fieldSet[PerHostOptions]{
 	"enabled": boolField(func(o *PerHostOptions) *bool { return &o.Enabled }),
 	"maxHosts": intField(func(o *PerHostOptions) *int { return &o.MaxHosts },
-		rejectZero(DefaultMaxHosts, "leave perHost.enabled false to share one circuit and one set of limits")),
+		rejectZero(defaultMaxHosts, "leave perHost.enabled false to share one circuit and one set of limits")),
 	"idleTimeout": durationField(func(o *PerHostOptions) *time.Duration { return &o.IdleTimeout },
-		rejectZero(DefaultHostIdleTimeout, "")),
+		rejectZero(defaultHostIdleTimeout, "")),
 }
 
 var optionFields = fieldSet[fileOptions]{
 	"totalTimeout": durationField(func(o *fileOptions) *time.Duration { return &o.TotalTimeout },
-		rejectZero(DefaultTotalTimeout, `write a negative duration such as "-1s" to disable the total timeout`)),
+		rejectZero(defaultTotalTimeout, `write a negative duration such as "-1s" to disable the total timeout`)),
 	"attemptTimeout": durationField(func(o *fileOptions) *time.Duration { return &o.AttemptTimeout },
-		rejectZero(DefaultAttemptTimeout, `write a negative duration such as "-1s" to disable the attempt timeout`)),
+		rejectZero(defaultAttemptTimeout, `write a negative duration such as "-1s" to disable the attempt timeout`)),
 	"maxBufferedBody": intField(func(o *fileOptions) *int64 { return &o.MaxBufferedBody },
-		rejectZero(fmt.Sprintf("%d bytes", DefaultMaxBufferedBody), "write a negative number such as -1 to never buffer request bodies")),
+		rejectZero(fmt.Sprintf("%d bytes", defaultMaxBufferedBody), "write a negative number such as -1 to never buffer request bodies")),
 	"rateLimit":      objectField(rateLimitFields, func(o *fileOptions) *RateLimitOptions { return &o.RateLimit }),
 	"overload":       objectField(overloadFields, func(o *fileOptions) *OverloadOptions { return &o.Overload }),
 	"retry":          objectField(retryFields, func(o *fileOptions) *fileOptions { return o }),

@@ -589,3 +589,23 @@ func ExampleIdempotencyOptions() {
 	fmt.Println(resp.StatusCode, string(body), "attempts:", attempts.Load(), "charges:", len(charges))
 	// Output: 201 ch_1 attempts: 2 charges: 1
 }
+
+// Options reads the options a handler runs with, every default filled in;
+// changed and given to Update, they change one field and keep the rest.
+func ExampleHandler_Options() {
+	h, err := resilience.NewHandler(resilience.Options{Name: "orders", TotalTimeout: 5 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	o := h.Options()
+	fmt.Println(o.TotalTimeout, o.AttemptTimeout, o.Retry.MaxRetries, o.Retry.Delay, o.CircuitBreaker.FailureRatio)
+
+	o.Retry.MaxRetries = 1
+	if err := h.Update(o); err != nil {
+		panic(err)
+	}
+	fmt.Println(h.Options().Retry.MaxRetries, h.Options().AttemptTimeout)
+	// Output:
+	// 5s 5s 3 2s 0.9
+	// 1 5s
+}

@@ -30,10 +30,10 @@ type fallingBack struct{ *call }
 
 // Defaults of the fallback layer.
 const (
-	DefaultFallbackMaxStale      = 10 * time.Minute
-	DefaultFallbackMaxEntryBytes = 1 << 20
-	DefaultFallbackMaxBytes      = 64 << 20
-	DefaultFallbackHeader        = "X-Resilience-Fallback"
+	defaultFallbackMaxStale      = 10 * time.Minute
+	defaultFallbackMaxEntryBytes = 1 << 20
+	defaultFallbackMaxBytes      = 64 << 20
+	defaultFallbackHeader        = "X-Resilience-Fallback"
 )
 
 // FallbackOptions configures the fallback layer, the outermost: when the
@@ -148,19 +148,19 @@ func resolveFallback(f *FallbackOptions, bad func(string, any, string) error) er
 			"must not name a hop-by-hop, framing or caching header field, which the label would overwrite")
 	}
 	if f.MaxStale == 0 {
-		f.MaxStale = DefaultFallbackMaxStale
+		f.MaxStale = defaultFallbackMaxStale
 	}
 	if f.MaxEntryBytes == 0 {
-		f.MaxEntryBytes = DefaultFallbackMaxEntryBytes
+		f.MaxEntryBytes = defaultFallbackMaxEntryBytes
 	}
 	if f.MaxBytes == 0 {
-		f.MaxBytes = DefaultFallbackMaxBytes
+		f.MaxBytes = defaultFallbackMaxBytes
 	}
 	if f.MaxEntryBytes > f.MaxBytes {
 		return bad("Fallback.MaxEntryBytes", f.MaxEntryBytes, "must not exceed Fallback.MaxBytes ("+strconv.FormatInt(f.MaxBytes, 10)+")")
 	}
 	if f.Header == "" {
-		f.Header = DefaultFallbackHeader
+		f.Header = defaultFallbackHeader
 	}
 	f.Header = http.CanonicalHeaderKey(f.Header)
 	return nil
@@ -478,11 +478,11 @@ func stringField[T any](field func(*T) *string) func(*T, json.RawMessage, string
 var fallbackFields = fieldSet[FallbackOptions]{
 	"enabled": boolField(func(o *FallbackOptions) *bool { return &o.Enabled }),
 	"maxStale": durationField(func(o *FallbackOptions) *time.Duration { return &o.MaxStale },
-		rejectZero(DefaultFallbackMaxStale, "leave fallback.enabled false to serve no stale responses")),
+		rejectZero(defaultFallbackMaxStale, "leave fallback.enabled false to serve no stale responses")),
 	"maxEntryBytes": intField(func(o *FallbackOptions) *int64 { return &o.MaxEntryBytes },
-		rejectZero(DefaultFallbackMaxEntryBytes, "")),
+		rejectZero(defaultFallbackMaxEntryBytes, "")),
 	"maxBytes": intField(func(o *FallbackOptions) *int64 { return &o.MaxBytes },
-		rejectZero(DefaultFallbackMaxBytes, "")),
+		rejectZero(defaultFallbackMaxBytes, "")),
 	"header":            stringField(func(o *FallbackOptions) *string { return &o.Header }),
 	"onTransient":       boolField(func(o *FallbackOptions) *bool { return &o.OnTransient }),
 	"shareCredentialed": boolField(func(o *FallbackOptions) *bool { return &o.ShareCredentialed }),

@@ -265,8 +265,8 @@ func TestHedgingTransportIsPerHost(t *testing.T) {
 	tr, err := NewHedgingTransport(nil, Options{})
 	require.NoError(t, err)
 	assert.NotNil(t, tr.Handler().HostCircuitStates())
-	assert.Equal(t, DefaultMaxHedges, tr.Handler().cfg.Load().Hedging.MaxHedges)
-	assert.Equal(t, DefaultHedgingDelay, tr.Handler().cfg.Load().Hedging.Delay)
+	assert.Equal(t, defaultMaxHedges, tr.Handler().cfg.Load().Hedging.MaxHedges)
+	assert.Equal(t, defaultHedgingDelay, tr.Handler().cfg.Load().Hedging.Delay)
 	for _, o := range []HedgingOptions{{MaxHedges: 11}, {MaxHedges: -1}, {Delay: -time.Second}} {
 		_, err := NewHedgingTransport(nil, Options{Hedging: o})
 		require.ErrorContains(t, err, "Hedging.")

@@ -33,7 +33,7 @@ func resolveHedgeDelay(hg *HedgingOptions, bad func(string, any, string) error) 
 		return bad("Hedging.MaxDelay", hg.MaxDelay, "must not be negative")
 	}
 	if hg.MinDelay == 0 {
-		hg.MinDelay = DefaultHedgingMinDelay
+		hg.MinDelay = defaultHedgingMinDelay
 		if hg.MaxDelay > 0 {
 			hg.MinDelay = min(hg.MinDelay, hg.MaxDelay) // the default yields to a shorter MaxDelay
 		}

@@ -15,7 +15,7 @@ func resolveExtraLoad(hg *HedgingOptions, bad func(string, any, string) error) e
 	case math.IsNaN(x) || x < 0 || x > 10:
 		return bad("Hedging.MaxExtraLoad", x, "must be in (0, 10] (a share of calls, such as 0.05), or NoExtraLoadCap (-1) for no cap")
 	case x == 0:
-		hg.MaxExtraLoad = DefaultMaxExtraLoad
+		hg.MaxExtraLoad = defaultMaxExtraLoad
 	}
 	return nil
 }

@@ -17,8 +17,8 @@ import (
 // is as safe to retry as a GET; without one, the method rule of methods.go
 // stands. The idempotency subpackage is the server half.
 
-// DefaultIdempotencyHeader is the request header that carries the key.
-const DefaultIdempotencyHeader = "Idempotency-Key"
+// defaultIdempotencyHeader is the request header that carries the key.
+const defaultIdempotencyHeader = "Idempotency-Key"
 
 // IdempotencyOptions declares that the upstream implements the
 // idempotency-key protocol. With Enabled, a request whose method is not
@@ -40,7 +40,7 @@ type IdempotencyOptions struct {
 	Enabled bool
 
 	// Header is the request header that carries the key. Default
-	// DefaultIdempotencyHeader.
+	// Idempotency-Key.
 	Header string
 
 	// Hedge lets a keyed write be hedged when Hedging is enabled, not only
@@ -56,7 +56,7 @@ func resolveIdempotency(o *IdempotencyOptions, bad func(string, any, string) err
 		return bad("Idempotency.Header", o.Header, "must be a valid header field name")
 	}
 	if o.Header == "" {
-		o.Header = DefaultIdempotencyHeader
+		o.Header = defaultIdempotencyHeader
 	}
 	o.Header = http.CanonicalHeaderKey(o.Header)
 	return nil

@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"slices"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/bulkhead"
@@ -13,6 +14,19 @@ import (
 // the calls share (hostState's policies, the retry budget) is changed in
 // place where it can be, and replaced, carrying its state, where
 // failsafe-go's primitives are fixed when built.
+
+// Options returns the options the handler runs with, every default filled
+// in: what a zero field of the Options it was made or last updated with
+// means. Change a field and pass the result to Update to change only that
+// field. The slices are copies; the interfaces and functions (Store,
+// Shared, ShouldRetry, OnEvent, Logger, ...) are the handler's own.
+func (h *Handler) Options() Options {
+	o := h.cfg.Load().Options
+	o.Retry.Methods = slices.Clone(o.Retry.Methods)
+	o.Retry.ExcludeMethods = slices.Clone(o.Retry.ExcludeMethods)
+	o.Hedging.Endpoints = slices.Clone(o.Hedging.Endpoints)
+	return o
+}
 
 // Update replaces the handler's options with opts. opts is validated
 // first, as NewHandler validates: an invalid value is an error that names

@@ -10,27 +10,27 @@ import (
 
 // Defaults of the standard handler: what a zero field means.
 const (
-	DefaultName               = "standard"
-	DefaultMaxConcurrent      = 1000
-	DefaultTotalTimeout       = 30 * time.Second
-	DefaultMaxRetries         = 3
-	DefaultRetryDelay         = 2 * time.Second
-	DefaultMaxRetryDelay      = 30 * time.Second
-	DefaultFailureRatio       = 0.9
-	DefaultMinimumThroughput  = 100
-	DefaultSamplingDuration   = 30 * time.Second
-	DefaultBreakDuration      = time.Second
-	DefaultAttemptTimeout     = 10 * time.Second
-	DefaultMaxBufferedBody    = 1 << 20
-	DefaultMaxHosts           = 1000
-	DefaultBudgetTokens       = 25
-	DefaultBudgetTokenRatio   = 0.2
-	DefaultBudgetRetrySuccess = 6
-	DefaultMaxHedges          = 1
-	DefaultHedgingDelay       = 2 * time.Second
-	DefaultHostIdleTimeout    = 5 * time.Minute
-	DefaultHedgingMinDelay    = time.Millisecond
-	DefaultMaxExtraLoad       = 0.05
+	defaultName               = "standard"
+	defaultMaxConcurrent      = 1000
+	defaultTotalTimeout       = 30 * time.Second
+	defaultMaxRetries         = 3
+	defaultRetryDelay         = 2 * time.Second
+	defaultMaxRetryDelay      = 30 * time.Second
+	defaultFailureRatio       = 0.9
+	defaultMinimumThroughput  = 100
+	defaultSamplingDuration   = 30 * time.Second
+	defaultBreakDuration      = time.Second
+	defaultAttemptTimeout     = 10 * time.Second
+	defaultMaxBufferedBody    = 1 << 20
+	defaultMaxHosts           = 1000
+	defaultBudgetTokens       = 25
+	defaultBudgetTokenRatio   = 0.2
+	defaultBudgetRetrySuccess = 6
+	defaultMaxHedges          = 1
+	defaultHedgingDelay       = 2 * time.Second
+	defaultHostIdleTimeout    = 5 * time.Minute
+	defaultHedgingMinDelay    = time.Millisecond
+	defaultMaxExtraLoad       = 0.05
 )
 
 // Options configures a standard resilience handler. The zero value is the
@@ -152,11 +152,11 @@ type OverloadOptions struct {
 
 // Defaults of OverloadOptions.
 const (
-	DefaultOverloadMinLimit     = 8
-	DefaultOverloadMaxLimit     = 1000
-	DefaultOverloadInitialLimit = 20
-	DefaultOverloadMaxQueue     = 1000
-	DefaultOverloadMaxQueueWait = time.Second
+	defaultOverloadMinLimit     = 8
+	defaultOverloadMaxLimit     = 1000
+	defaultOverloadInitialLimit = 20
+	defaultOverloadMaxQueue     = 1000
+	defaultOverloadMaxQueueWait = time.Second
 )
 
 // RateLimitOptions configures admission control, the outermost layer. A
@@ -530,7 +530,7 @@ func (e *optionError) Error() string {
 // resolve fills in defaults and validates o.
 func resolve(o Options) (*config, error) {
 	if o.Name == "" {
-		o.Name = DefaultName
+		o.Name = defaultName
 	}
 	bad := func(field string, value any, reason string) error {
 		return &optionError{handler: o.Name, field: field, value: value, reason: reason}
@@ -557,7 +557,7 @@ func resolve(o Options) (*config, error) {
 		return nil, bad("RateLimit.Burst", rl.Burst, "needs RequestsPerSecond")
 	}
 	if rl.MaxConcurrent == 0 {
-		rl.MaxConcurrent = DefaultMaxConcurrent
+		rl.MaxConcurrent = defaultMaxConcurrent
 	}
 
 	// The overload limiter: validated even when disabled, since a live
@@ -576,19 +576,19 @@ func resolve(o Options) (*config, error) {
 		return nil, bad("Overload.MaxQueueWait", ov.MaxQueueWait, "must not be negative")
 	}
 	if ov.MinLimit == 0 {
-		ov.MinLimit = DefaultOverloadMinLimit
+		ov.MinLimit = defaultOverloadMinLimit
 	}
 	if ov.MaxLimit == 0 {
-		ov.MaxLimit = max(DefaultOverloadMaxLimit, ov.MinLimit)
+		ov.MaxLimit = max(defaultOverloadMaxLimit, ov.MinLimit)
 	}
 	if ov.InitialLimit == 0 {
-		ov.InitialLimit = min(max(DefaultOverloadInitialLimit, ov.MinLimit), ov.MaxLimit)
+		ov.InitialLimit = min(max(defaultOverloadInitialLimit, ov.MinLimit), ov.MaxLimit)
 	}
 	if ov.MaxQueue == 0 {
-		ov.MaxQueue = DefaultOverloadMaxQueue
+		ov.MaxQueue = defaultOverloadMaxQueue
 	}
 	if ov.MaxQueueWait == 0 {
-		ov.MaxQueueWait = DefaultOverloadMaxQueueWait
+		ov.MaxQueueWait = defaultOverloadMaxQueueWait
 	}
 	switch {
 	case ov.MinLimit > ov.MaxLimit:
@@ -601,10 +601,10 @@ func resolve(o Options) (*config, error) {
 
 	// Timeouts.
 	if o.TotalTimeout == 0 {
-		o.TotalTimeout = DefaultTotalTimeout
+		o.TotalTimeout = defaultTotalTimeout
 	}
 	if o.AttemptTimeout == 0 {
-		o.AttemptTimeout = DefaultAttemptTimeout
+		o.AttemptTimeout = defaultAttemptTimeout
 		if o.TotalTimeout > 0 {
 			o.AttemptTimeout = min(o.AttemptTimeout, o.TotalTimeout) // the default yields to a shorter TotalTimeout
 		}
@@ -626,10 +626,10 @@ func resolve(o Options) (*config, error) {
 		return nil, bad("Retry.MaxRetryAfter", r.MaxRetryAfter, "must not be negative; zero means no cap but TotalTimeout")
 	}
 	if r.MaxRetries == 0 {
-		r.MaxRetries = DefaultMaxRetries
+		r.MaxRetries = defaultMaxRetries
 	}
 	if r.Delay == 0 {
-		r.Delay = DefaultRetryDelay
+		r.Delay = defaultRetryDelay
 		if r.MaxDelay > 0 {
 			r.Delay = min(r.Delay, r.MaxDelay) // the default yields to a shorter MaxDelay
 		}
@@ -638,7 +638,7 @@ func resolve(o Options) (*config, error) {
 		return nil, bad("Retry.MaxDelay", r.MaxDelay, fmt.Sprintf("must not be below Retry.Delay (%v)", r.Delay))
 	}
 	if r.MaxDelay == 0 {
-		r.MaxDelay = max(DefaultMaxRetryDelay, r.Delay)
+		r.MaxDelay = max(defaultMaxRetryDelay, r.Delay)
 	}
 	hg := &o.Hedging
 	switch {
@@ -648,10 +648,10 @@ func resolve(o Options) (*config, error) {
 		return nil, bad("Hedging.Delay", hg.Delay, "must not be negative")
 	}
 	if hg.MaxHedges == 0 {
-		hg.MaxHedges = DefaultMaxHedges
+		hg.MaxHedges = defaultMaxHedges
 	}
 	if hg.Delay == 0 {
-		hg.Delay = DefaultHedgingDelay
+		hg.Delay = defaultHedgingDelay
 	}
 	if err := resolveHedgeDelay(hg, bad); err != nil {
 		return nil, err
@@ -681,13 +681,13 @@ func resolve(o Options) (*config, error) {
 		return nil, bad("RetryBudget.TokenRatio", rb.TokenRatio, "must be at least 0.001")
 	}
 	if rb.MaxTokens == 0 {
-		rb.MaxTokens = DefaultBudgetTokens
+		rb.MaxTokens = defaultBudgetTokens
 	}
 	if rb.TokenRatio == 0 {
-		rb.TokenRatio = DefaultBudgetTokenRatio
+		rb.TokenRatio = defaultBudgetTokenRatio
 	}
 	if rb.RetrySuccessTokens == 0 {
-		rb.RetrySuccessTokens = DefaultBudgetRetrySuccess
+		rb.RetrySuccessTokens = defaultBudgetRetrySuccess
 	}
 
 	// Circuit breaker.
@@ -705,16 +705,16 @@ func resolve(o Options) (*config, error) {
 		return nil, bad("CircuitBreaker.BreakDuration", cb.BreakDuration, "must not be negative")
 	}
 	if cb.FailureRatio == 0 {
-		cb.FailureRatio = DefaultFailureRatio
+		cb.FailureRatio = defaultFailureRatio
 	}
 	if cb.MinimumThroughput == 0 {
-		cb.MinimumThroughput = DefaultMinimumThroughput
+		cb.MinimumThroughput = defaultMinimumThroughput
 	}
 	if cb.SamplingDuration == 0 {
-		cb.SamplingDuration = max(DefaultSamplingDuration, 2*o.AttemptTimeout)
+		cb.SamplingDuration = max(defaultSamplingDuration, 2*o.AttemptTimeout)
 	}
 	if cb.BreakDuration == 0 {
-		cb.BreakDuration = DefaultBreakDuration
+		cb.BreakDuration = defaultBreakDuration
 	}
 	if !cb.Disabled && o.AttemptTimeout > 0 && cb.SamplingDuration < 2*o.AttemptTimeout {
 		return nil, bad("CircuitBreaker.SamplingDuration", cb.SamplingDuration,
@@ -729,10 +729,10 @@ func resolve(o Options) (*config, error) {
 		return nil, bad("PerHost.IdleTimeout", ph.IdleTimeout, "must not be negative")
 	}
 	if ph.MaxHosts == 0 {
-		ph.MaxHosts = DefaultMaxHosts
+		ph.MaxHosts = defaultMaxHosts
 	}
 	if ph.IdleTimeout == 0 {
-		ph.IdleTimeout = DefaultHostIdleTimeout
+		ph.IdleTimeout = defaultHostIdleTimeout
 	}
 
 	for k := range o.LogLevels {
@@ -754,7 +754,7 @@ func resolve(o Options) (*config, error) {
 	}
 
 	if o.MaxBufferedBody == 0 {
-		o.MaxBufferedBody = DefaultMaxBufferedBody
+		o.MaxBufferedBody = defaultMaxBufferedBody
 	}
 	return &config{Options: o, methods: methods, route: route}, nil
 }

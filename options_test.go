@@ -149,7 +149,7 @@ func TestOptionsDefaults(t *testing.T) {
 	cfg, err := resolve(Options{})
 	require.NoError(t, err)
 	assert.Equal(t, "standard", cfg.Name)
-	assert.Equal(t, DefaultName, cfg.Name)
+	assert.Equal(t, defaultName, cfg.Name)
 
 	assert.False(t, cfg.RateLimit.Disabled)
 	assert.Equal(t, 1000, cfg.RateLimit.MaxConcurrent)
@@ -196,15 +196,15 @@ func TestOptionsDefaultsYield(t *testing.T) {
 	cfg, err := resolve(Options{TotalTimeout: 5 * time.Second})
 	require.NoError(t, err, "a TotalTimeout under the default AttemptTimeout")
 	assert.Equal(t, 5*time.Second, cfg.AttemptTimeout, "the attempt timeout yields to the total")
-	assert.Equal(t, DefaultSamplingDuration, cfg.CircuitBreaker.SamplingDuration)
+	assert.Equal(t, defaultSamplingDuration, cfg.CircuitBreaker.SamplingDuration)
 
 	cfg, err = resolve(Options{TotalTimeout: time.Minute})
 	require.NoError(t, err)
-	assert.Equal(t, DefaultAttemptTimeout, cfg.AttemptTimeout, "a longer total leaves the default")
+	assert.Equal(t, defaultAttemptTimeout, cfg.AttemptTimeout, "a longer total leaves the default")
 
 	cfg, err = resolve(Options{TotalTimeout: -1})
 	require.NoError(t, err)
-	assert.Equal(t, DefaultAttemptTimeout, cfg.AttemptTimeout, "no total timeout: the default")
+	assert.Equal(t, defaultAttemptTimeout, cfg.AttemptTimeout, "no total timeout: the default")
 
 	cfg, err = resolve(Options{TotalTimeout: 5 * time.Second, AttemptTimeout: -1})
 	require.NoError(t, err)
@@ -305,4 +305,31 @@ func TestOptionsNegativeDelayMeansNoDelay(t *testing.T) {
 	_, err := resolve(Options{Retry: RetryOptions{Delay: -1, MaxDelay: -1}})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "invalid option Retry.MaxDelay (-1ns): must not be negative")
+}
+
+// Handler.Options is what the handler runs with: the defaults filled in,
+// slices its own, and valid to give back to Update unchanged.
+func TestHandlerOptions(t *testing.T) {
+	h, err := NewHandler(Options{Retry: RetryOptions{Methods: []string{"PUT"}}})
+	require.NoError(t, err)
+	o := h.Options()
+	want, err := resolve(Options{Retry: RetryOptions{Methods: []string{"PUT"}}})
+	require.NoError(t, err)
+	assert.Equal(t, want.Options.AttemptTimeout, o.AttemptTimeout)
+	assert.Equal(t, defaultName, o.Name)
+	assert.Equal(t, defaultMaxRetries, o.Retry.MaxRetries)
+	assert.Equal(t, float64(defaultBudgetTokens), o.RetryBudget.MaxTokens)
+	assert.Equal(t, defaultOverloadMinLimit, o.Overload.MinLimit)
+	assert.Equal(t, defaultMaxExtraLoad, o.Hedging.MaxExtraLoad)
+
+	o.Retry.Methods[0] = "DELETE"
+	assert.Equal(t, []string{"PUT"}, h.Options().Retry.Methods, "the slices are copies")
+
+	require.NoError(t, h.Update(h.Options()), "the options in force are valid options")
+	assert.Equal(t, o.AttemptTimeout, h.Options().AttemptTimeout)
+	o = h.Options()
+	o.CircuitBreaker.BreakDuration = 3 * time.Second
+	require.NoError(t, h.Update(o))
+	assert.Equal(t, 3*time.Second, h.Options().CircuitBreaker.BreakDuration)
+	assert.Equal(t, []string{"PUT"}, h.Options().Retry.Methods, "the rest kept")
 }

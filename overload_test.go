@@ -186,8 +186,8 @@ func TestOverloadStateChangesOnce(t *testing.T) {
 func TestOverloadOptionsDefaultsAndValidation(t *testing.T) {
 	cfg, err := resolve(Options{})
 	require.NoError(t, err)
-	assert.Equal(t, OverloadOptions{MinLimit: DefaultOverloadMinLimit, MaxLimit: DefaultOverloadMaxLimit,
-		InitialLimit: DefaultOverloadInitialLimit, MaxQueue: DefaultOverloadMaxQueue, MaxQueueWait: DefaultOverloadMaxQueueWait}, cfg.Overload)
+	assert.Equal(t, OverloadOptions{MinLimit: defaultOverloadMinLimit, MaxLimit: defaultOverloadMaxLimit,
+		InitialLimit: defaultOverloadInitialLimit, MaxQueue: defaultOverloadMaxQueue, MaxQueueWait: defaultOverloadMaxQueueWait}, cfg.Overload)
 
 	cfg, err = resolve(Options{Overload: OverloadOptions{Disabled: true}})
 	require.NoError(t, err)

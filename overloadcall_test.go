@@ -246,7 +246,7 @@ func TestOverloadVisible(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(logs.String(), "\n"), logs.String())
 
 	on := newTestClient(t, Options{})
-	assert.Equal(t, map[string]OverloadStats{"": {Limit: DefaultOverloadInitialLimit}}, on.tr.Handler().OverloadStats(), "on by default")
+	assert.Equal(t, map[string]OverloadStats{"": {Limit: defaultOverloadInitialLimit}}, on.tr.Handler().OverloadStats(), "on by default")
 	off := newTestClient(t, Options{Overload: OverloadOptions{Disabled: true}})
 	assert.Nil(t, off.tr.Handler().OverloadStats())
 	assert.Nil(t, CheckHealth(off.tr.Handler()).Handlers["standard"].Overload)

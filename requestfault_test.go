@@ -46,7 +46,7 @@ func TestRequestFaultBodyReaderNotChargedToUpstream(t *testing.T) {
 	}
 	assert.Equal(t, CircuitClosed, h.CircuitState(), "two local read failures opened the circuit of a healthy upstream")
 	assert.Zero(t, h.shared.breaker().Metrics().Executions())
-	assert.Equal(t, float64(DefaultBudgetTokens), h.budget.Level())
+	assert.Equal(t, float64(defaultBudgetTokens), h.budget.Level())
 
 	resp, err := tr.RoundTrip(newTestRequest(t, context.Background(), http.MethodGet, up.URL(), nil))
 	require.NoError(t, err)
@@ -94,7 +94,7 @@ func TestRequestFaultContentLengthMismatchNotRetried(t *testing.T) {
 		assert.Contains(t, err.Error(), "ContentLength")
 		assert.EqualValues(t, 1, counter.n.Load(), "ContentLength %d: a body that does not match its length is not retried", length)
 		assert.Zero(t, h.shared.breaker().Metrics().Executions())
-		assert.Equal(t, float64(DefaultBudgetTokens), h.budget.Level())
+		assert.Equal(t, float64(defaultBudgetTokens), h.budget.Level())
 		counter.CloseIdleConnections()
 	}
 }

@@ -244,7 +244,7 @@ func TestTimeoutCallerDeadlineNotRetried(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.EqualValues(t, 1, hits.Load())
 	assert.Zero(t, h.shared.breaker().Metrics().Executions(), "the caller's deadline says nothing of the upstream")
-	assert.Equal(t, float64(DefaultBudgetTokens), h.budget.Level())
+	assert.Equal(t, float64(defaultBudgetTokens), h.budget.Level())
 }
 
 // blackholeProxy forwards TCP connections to a backend until told to drop

@@ -52,7 +52,7 @@ func TestTransportRetriesTransientStatusUntilSuccess(t *testing.T) {
 	for i, e := range retries {
 		assert.Equal(t, i+1, e.Attempt, "retry event %d", i)
 		assert.Equal(t, http.StatusServiceUnavailable, e.StatusCode, "retry event %d", i)
-		assert.Equal(t, DefaultName, e.Handler)
+		assert.Equal(t, defaultName, e.Handler)
 		assert.Equal(t, http.MethodGet, e.Method)
 		assert.Equal(t, time.Millisecond, e.Delay)
 		assert.NoError(t, e.Err)
@@ -1033,7 +1033,7 @@ func TestTransportErrorNamesHandlerAndKeepsCause(t *testing.T) {
 	require.ErrorAs(t, err, &op)
 	assert.Equal(t, "dial", op.Op)
 	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
-	assert.EqualValues(t, DefaultMaxRetries+1, c.attempts.n.Load(), "a refused connection is transient")
+	assert.EqualValues(t, defaultMaxRetries+1, c.attempts.n.Load(), "a refused connection is transient")
 	assert.NotErrorIs(t, err, ErrTotalTimeout)
 	assert.NotErrorIs(t, err, ErrCircuitOpen)
 }
@@ -1185,7 +1185,7 @@ func TestTransportNestedHandlersRetryInnerErrors(t *testing.T) {
 		resp.Body.Close()
 	}
 	require.Error(t, err)
-	assert.Len(t, events.ofKind(EventRetry), DefaultMaxRetries, "the outer handler retried the inner handler's refusals")
+	assert.Len(t, events.ofKind(EventRetry), defaultMaxRetries, "the outer handler retried the inner handler's refusals")
 	assert.Contains(t, err.Error(), `handler "outer"`)
 	var op *net.OpError
 	assert.True(t, errors.As(err, &op), "the refusal stays visible: %v", err)
@@ -1242,7 +1242,7 @@ func TestTransportZeroValue(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "ok", readBody(t, resp))
 	require.NotNil(t, tr.Handler())
-	assert.Equal(t, DefaultName, tr.Handler().Name())
+	assert.Equal(t, defaultName, tr.Handler().Name())
 	tr.CloseIdleConnections()
 }
 

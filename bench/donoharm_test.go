@@ -152,24 +152,25 @@ var dnhVariants = []dnhVariant{
 }
 
 // dnhOptions are the standard handler's defaults with time scaled as the
-// faults experiment scales it, derived from the exported defaults so that a
-// changed default follows here; every other field is zero, the library's
+// faults experiment scales it, derived from the defaults in force (shipped)
+// so that a changed default follows here; every other field is zero, the library's
 // default.
 func dnhOptions() resilience.Options {
-	attempt := resilience.DefaultAttemptTimeout / 50
+	d := shipped()
+	attempt := d.AttemptTimeout / 50
 	return resilience.Options{
-		TotalTimeout:   resilience.DefaultTotalTimeout / 15,
+		TotalTimeout:   d.TotalTimeout / 15,
 		AttemptTimeout: attempt,
 		Retry: resilience.RetryOptions{
-			Delay:    resilience.DefaultRetryDelay / 100,
-			MaxDelay: resilience.DefaultMaxRetryDelay / 150,
+			Delay:    d.Retry.Delay / 100,
+			MaxDelay: d.Retry.MaxDelay / 150,
 		},
 		CircuitBreaker: resilience.CircuitBreakerOptions{
-			SamplingDuration: max(resilience.DefaultSamplingDuration/10, 2*attempt),
-			BreakDuration:    resilience.DefaultBreakDuration / 10,
+			SamplingDuration: max(d.CircuitBreaker.SamplingDuration/10, 2*attempt),
+			BreakDuration:    d.CircuitBreaker.BreakDuration / 10,
 		},
 		// the queue wait scaled as TotalTimeout is: 1s / 15 = 67ms
-		Overload: resilience.OverloadOptions{MaxQueueWait: resilience.DefaultOverloadMaxQueueWait / 15},
+		Overload: resilience.OverloadOptions{MaxQueueWait: d.Overload.MaxQueueWait / 15},
 	}
 }
 

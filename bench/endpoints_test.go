@@ -230,7 +230,7 @@ func endpointTable(run endpointRun, rs []endpointResult) string {
 // the table to hedging.md there.
 func BenchmarkEndpointHedging(b *testing.B) {
 	rs := endpointScenarios(b, endpointFull)
-	rs = append(rs, uniformlySlow(b, endpointFull, resilience.DefaultMaxExtraLoad), uniformlySlow(b, endpointFull, resilience.NoExtraLoadCap))
+	rs = append(rs, uniformlySlow(b, endpointFull, shipped().Hedging.MaxExtraLoad), uniformlySlow(b, endpointFull, resilience.NoExtraLoadCap))
 	for _, r := range rs {
 		b.Run(strings.NewReplacer(" ", "", ",", "/").Replace("scenario="+r.name), func(b *testing.B) {
 			b.ReportMetric(float64(r.p99.Microseconds())/1000, "p99-ms")
@@ -262,7 +262,7 @@ func TestEndpointHedgingSmoke(t *testing.T) {
 		t.Skip("a few seconds of real calls")
 	}
 	rs := endpointScenarios(t, endpointSmoke)
-	capped := uniformlySlow(t, endpointSmoke, resilience.DefaultMaxExtraLoad)
+	capped := uniformlySlow(t, endpointSmoke, shipped().Hedging.MaxExtraLoad)
 	t.Log("\n" + endpointTable(endpointSmoke, append(rs, capped)))
 	none, cross := rs[0], rs[2]
 	for _, r := range rs {
@@ -279,7 +279,7 @@ func TestEndpointHedgingSmoke(t *testing.T) {
 	if cross.attempts > 1.3 {
 		t.Errorf("cross-endpoint: %.3f attempts per call, over 1.3", cross.attempts)
 	}
-	if extra := capped.attempts - 1; extra > resilience.DefaultMaxExtraLoad+0.01 {
-		t.Errorf("uniformly slow: %.3f extra attempts per call, over MaxExtraLoad %.2f + 0.01", extra, resilience.DefaultMaxExtraLoad)
+	if extra := capped.attempts - 1; extra > shipped().Hedging.MaxExtraLoad+0.01 {
+		t.Errorf("uniformly slow: %.3f extra attempts per call, over MaxExtraLoad %.2f + 0.01", extra, shipped().Hedging.MaxExtraLoad)
 	}
 }

@@ -126,7 +126,7 @@ var faultPeers = []faultPeer{
 				BreakDuration:    faultBreak,
 			},
 			// the overload limiter's queue wait, scaled as the total timeout is
-			Overload: resilience.OverloadOptions{MaxQueueWait: resilience.DefaultOverloadMaxQueueWait / 15},
+			Overload: resilience.OverloadOptions{MaxQueueWait: shipped().Overload.MaxQueueWait / 15},
 			OnEvent: func(e resilience.Event) {
 				if e.Kind == resilience.EventCircuitOpened {
 					opens.Add(1)
@@ -144,7 +144,7 @@ var faultPeers = []faultPeer{
 			return err == nil && resp != nil && resp.StatusCode == http.StatusRequestTimeout
 		}
 		policies := []failsafe.Policy[*http.Response]{
-			bulkhead.New[*http.Response](resilience.DefaultMaxConcurrent),
+			bulkhead.New[*http.Response](uint(shipped().RateLimit.MaxConcurrent)),
 			timeout.New[*http.Response](faultTotalTimeout),
 			failsafehttp.NewRetryPolicyBuilder().
 				HandleIf(is408).

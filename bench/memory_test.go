@@ -200,8 +200,8 @@ func TestPutPeakHeap(t *testing.T) {
 	defer srv.Close()
 	targets := map[string]uint64{
 		"getbody":      2 * mib,
-		"reader":       resilience.DefaultMaxBufferedBody + mib,
-		"reader-sized": resilience.DefaultMaxBufferedBody + mib,
+		"reader":       uint64(shipped().MaxBufferedBody) + mib,
+		"reader-sized": uint64(shipped().MaxBufferedBody) + mib,
 	}
 	for _, body := range putBodies {
 		t.Run(body.name, func(t *testing.T) {

@@ -76,7 +76,7 @@ var ovlClients = []ovlClient{
 	// caller's 2 s deadline (a queue as long as the deadline allows)
 	{"resilience (queue 1s)", "the handler's defaults with Overload.MaxQueueWait 1s, unscaled", func(base http.RoundTripper, _ uint64) (*http.Client, error) {
 		o := dnhOptions()
-		o.Overload.MaxQueueWait = resilience.DefaultOverloadMaxQueueWait
+		o.Overload.MaxQueueWait = shipped().Overload.MaxQueueWait
 		t, err := resilience.NewTransport(base, o)
 		if err != nil {
 			return nil, err

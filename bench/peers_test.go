@@ -155,3 +155,11 @@ func do(c *http.Client, req *http.Request) error {
 	}
 	return err
 }
+
+// shipped returns the standard handler's options with every default filled
+// in, so that the experiments that scale a default follow it when it
+// changes.
+func shipped() resilience.Options {
+	h, _ := resilience.NewHandler(resilience.Options{}) // the defaults are valid
+	return h.Options()
+}

@@ -56,6 +56,7 @@ type config struct {
 // that samples 30s). Ratios, thresholds and the retry budget are the
 // defaults themselves.
 func demoOptions() resilience.Options {
+	shipped := defaults()
 	return resilience.Options{
 		Name:           "demo",
 		TotalTimeout:   3 * time.Second,
@@ -65,10 +66,17 @@ func demoOptions() resilience.Options {
 			MaxDelay: 500 * time.Millisecond,
 		},
 		CircuitBreaker: resilience.CircuitBreakerOptions{
-			SamplingDuration: resilience.DefaultSamplingDuration / 10,
-			BreakDuration:    resilience.DefaultBreakDuration / 10,
+			SamplingDuration: shipped.CircuitBreaker.SamplingDuration / 10,
+			BreakDuration:    shipped.CircuitBreaker.BreakDuration / 10,
 		},
 	}
+}
+
+// defaults returns the standard handler's options, every default filled
+// in, so that the demo's scaled ones follow a changed default.
+func defaults() resilience.Options {
+	h, _ := resilience.NewHandler(resilience.Options{}) // the defaults are valid
+	return h.Options()
 }
 
 func main() {

@@ -32,6 +32,9 @@ func (r *report) client(name string) *stats {
 // printSetup says what is about to run.
 func printSetup(w io.Writer, cfg config) {
 	o := cfg.Options
+	if h, err := resilience.NewHandler(o); err == nil {
+		o = h.Options() // the options in force: every default filled in
+	}
 	upstream := describeUpstream(cfg)
 	if cfg.URL != "" {
 		upstream = cfg.URL + " (attempts and connections are counted by the client)"
@@ -57,31 +60,13 @@ func printSetup(w io.Writer, cfg config) {
 	fmt.Fprintf(w, "resilient  resilience.NewTransport over the same kind of http.Transport:\n")
 	fmt.Fprintf(w, "%sTotalTimeout %v, AttemptTimeout %v;\n", indent, o.TotalTimeout, o.AttemptTimeout)
 	fmt.Fprintf(w, "%sretry GET up to %d times, %v %v backoff with jitter (max %v), honouring Retry-After;\n",
-		indent, retries(o), o.Retry.Delay, o.Retry.Backoff, o.Retry.MaxDelay)
+		indent, o.Retry.MaxRetries, o.Retry.Delay, o.Retry.Backoff, o.Retry.MaxDelay)
 	fmt.Fprintf(w, "%scircuit opens at %.0f%% failed attempts (at least %d) in %v, for %v: a dead upstream, not a flaky one;\n",
-		indent, 100*or(o.CircuitBreaker.FailureRatio, resilience.DefaultFailureRatio),
-		int(or(float64(o.CircuitBreaker.MinimumThroughput), resilience.DefaultMinimumThroughput)),
+		indent, 100*o.CircuitBreaker.FailureRatio, o.CircuitBreaker.MinimumThroughput,
 		o.CircuitBreaker.SamplingDuration, o.CircuitBreaker.BreakDuration)
 	fmt.Fprintf(w, "%sretry budget: %g tokens; a failed retry takes one, a successful retry puts back %g, a first success %g\n",
-		indent, or(o.RetryBudget.MaxTokens, resilience.DefaultBudgetTokens),
-		or(o.RetryBudget.RetrySuccessTokens, resilience.DefaultBudgetRetrySuccess),
-		or(o.RetryBudget.TokenRatio, resilience.DefaultBudgetTokenRatio))
+		indent, o.RetryBudget.MaxTokens, o.RetryBudget.RetrySuccessTokens, o.RetryBudget.TokenRatio)
 	fmt.Fprintln(w)
-}
-
-// or is v, or def when v is zero: what the handler makes of a zero option.
-func or(v, def float64) float64 {
-	if v == 0 {
-		return def
-	}
-	return v
-}
-
-func retries(o resilience.Options) int {
-	if o.Retry.MaxRetries == 0 {
-		return resilience.DefaultMaxRetries
-	}
-	return o.Retry.MaxRetries
 }
 
 // print writes the table, the failures by kind and the summary line.
