@@ -150,8 +150,9 @@ func TestHedgeMethodRule(t *testing.T) {
 		methods []string
 	}{
 		{method: http.MethodGet, hedged: true},
-		{method: http.MethodHead, hedged: true},
-		{method: http.MethodOptions, hedged: true},
+		{method: http.MethodHead, hedged: false}, // one rule with retries: GET by default
+		{method: http.MethodOptions, hedged: false},
+		{method: http.MethodHead, hedged: true, methods: []string{http.MethodHead}},
 		{method: http.MethodPost, hedged: false},
 		{method: http.MethodPut, hedged: false},
 		{method: http.MethodPut, hedged: true, methods: []string{http.MethodPut}},

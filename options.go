@@ -368,9 +368,9 @@ type RetryOptions struct {
 // Retry.ShouldRetry would retry) never wins while attempts are still
 // running, and sends the next hedge at once. The first acceptable outcome
 // wins; the others are cancelled, drained and closed. Only requests that
-// are safe to repeat are hedged: GET, HEAD and OPTIONS by default, widened
-// or narrowed by Retry.Methods and Retry.ExcludeMethods, overridden by
-// WithRetryable. Each hedge needs a retry budget permit and a closed circuit.
+// are safe to repeat are hedged, by the rule that retries follow: GET by
+// default, widened or narrowed by Retry.Methods and Retry.ExcludeMethods,
+// overridden by WithRetryable. Each hedge needs a retry budget permit and a closed circuit.
 type HedgingOptions struct {
 	// Enabled turns hedging on, and the retry layer off.
 	Enabled bool
@@ -659,11 +659,9 @@ func resolve(o Options) (*config, error) {
 	if err := resolveExtraLoad(hg, bad); err != nil {
 		return nil, err
 	}
-	safe := []string{http.MethodGet}
-	if hg.Enabled {
-		safe = []string{http.MethodGet, http.MethodHead, http.MethodOptions}
-	}
-	methods, err := newMethodSet(safe, r.Methods, r.ExcludeMethods)
+	// One rule for retries, hedges and failover: GET, widened or narrowed
+	// by Retry.Methods and Retry.ExcludeMethods.
+	methods, err := newMethodSet([]string{http.MethodGet}, r.Methods, r.ExcludeMethods)
 	if err != nil {
 		return nil, &optionError{handler: o.Name, field: err.field, value: err.value, reason: err.reason}
 	}

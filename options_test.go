@@ -258,10 +258,15 @@ func TestOptionsExcludeMethodsNarrowsMethods(t *testing.T) {
 	assert.False(t, cfg.methods.allows(http.MethodDelete), "excluded, though also in Methods")
 	assert.False(t, cfg.methods.allows(http.MethodGet))
 
-	// Hedging's safe methods are narrowed the same way.
+	// Hedging follows the same rule, with the same default (GET).
+	cfg, err = resolve(Options{Hedging: HedgingOptions{Enabled: true}})
+	require.NoError(t, err)
+	assert.True(t, cfg.methods.allows(http.MethodGet))
+	assert.False(t, cfg.methods.allows(http.MethodHead))
+	assert.False(t, cfg.methods.allows(http.MethodOptions))
 	cfg, err = resolve(Options{
 		Hedging: HedgingOptions{Enabled: true},
-		Retry:   RetryOptions{Methods: []string{http.MethodHead}, ExcludeMethods: []string{http.MethodHead}},
+		Retry:   RetryOptions{Methods: []string{http.MethodHead, http.MethodOptions}, ExcludeMethods: []string{http.MethodHead}},
 	})
 	require.NoError(t, err)
 	assert.True(t, cfg.methods.allows(http.MethodGet))
