@@ -43,22 +43,20 @@ type Config struct {
 // Every upstream is validated as NewHandler would; Config.Handlers builds
 // them.
 //
-// A zero written in the file is meant, never read as "the default": omit a
-// field for its default. Where Options can say what the zero says, it is
-// honoured: retry.maxRetries 0 turns retries off, as retry.disabled does;
-// retry.delay "0s" retries at once, with no delay (a negative Retry.Delay);
-// circuitBreaker.minimumThroughput 0 judges the failure ratio from the first
-// attempt (it becomes 1); rateLimit.maxQueue, rateLimit.requestsPerSecond,
-// rateLimit.burst and retry.maxRetryAfter keep their zero, which is their
-// default (no queue, no rate limit, no burst, no cap);
-// hedging.delayPercentile 0 is the fixed delay, its default; and
-// hedging.maxExtraLoad 0 is no cap on hedging's extra load (NoExtraLoadCap).
-// hedging.endpoints is a list of {"url": ..., "weight": ...} and
-// hedging.routing is "ordered" or "weighted". Every other zero is an
-// error where it is written, in an upstream or in the defaults, that says how
-// to write what was probably meant, such as
+// A zero written in the file means what it means in Options: the field's
+// default ("totalTimeout": "0s" is 30s). Four fields whose written zero
+// meant something else before are refused for now, with the spelling of
+// what the zero meant, so that no file silently changes meaning:
+// retry.maxRetries 0 (write "disabled": true), retry.delay "0s" (write a
+// negative duration for no delay), circuitBreaker.minimumThroughput 0
+// (write 1) and hedging.maxExtraLoad 0 (write -1 for no cap):
 //
-//	resilience: config: upstreams.pricing.totalTimeout: "0s" is not allowed here; omit the field for the default (30s) or write a negative duration such as "-1s" to disable the total timeout
+//	resilience: config: upstreams.pricing.retry.maxRetries: 0 is refused: a written 0 meant no retries before, and would now mean the default, as a zero does in Options; write "disabled": true, or omit the field for the default
+//
+// "Off" is spelled as in Options: "disabled": true for a layer that is on
+// by default, "enabled": true for one that is off, and a negative value for
+// a timeout or a limit. hedging.endpoints is a list of {"url": ...,
+// "weight": ...} and hedging.routing is "ordered" or "weighted".
 //
 // The input is one JSON object of at most 1 MiB; anything after the object
 // but white space is an error.
@@ -104,9 +102,6 @@ func LoadConfig(r io.Reader) (Config, error) {
 			return Config{}, err
 		}
 		o := f.Options
-		if f.noRetries {
-			o.Retry.Disabled = true
-		}
 		o.Name = name
 		if _, err := resolve(o); err != nil {
 			var oe *optionError
@@ -129,11 +124,6 @@ const maxConfigSize = 1 << 20
 // then the upstream.
 type fileOptions struct {
 	Options
-
-	// noRetries is set when the last layer to write retry.maxRetries wrote
-	// 0, which means no retries: Retry.Disabled once every layer is read.
-	// An upstream's maxRetries 2 thus overrides the defaults' 0.
-	noRetries bool
 }
 
 func configErr(path, format string, args ...any) error {
@@ -237,33 +227,29 @@ func brief(raw json.RawMessage) string {
 
 // Setters for one field of a given type.
 
-// A zeroRule says what a zero written in a file means for a numeric field.
-// In Options a zero field takes its default, but in a file a written zero is
-// a deliberate value: either the field's default is zero anyway (keepZero),
-// or the zero is rejected with a hint saying how to write what was probably
-// meant (rejectZero). Fields whose zero means something else (maxRetries,
-// retry.delay, minimumThroughput) keep it and translate it in their own
-// setters.
+// A zeroRule says what a zero written in a file means for a numeric field:
+// as in Options, the field's default (keepZero); or, for the four fields
+// whose written zero meant something else before this release
+// (retry.maxRetries, retry.delay, circuitBreaker.minimumThroughput,
+// hedging.maxExtraLoad), an error that says how to write what it meant
+// (refuseZero), so that no file silently changes meaning.
 type zeroRule struct {
-	def string // the field's default, as the error names it; empty: keep the zero
-	or  string // another way to say what the zero probably meant, if any
+	refused string // the error's text; empty: keep the zero
 }
 
 var keepZero = zeroRule{}
 
-func rejectZero(def any, or string) zeroRule {
-	return zeroRule{def: fmt.Sprint(def), or: or}
+// refuseZero refuses a written zero, which meant was in earlier releases,
+// and names instead, what to write for it now.
+func refuseZero(was, instead string) zeroRule {
+	return zeroRule{refused: "a written 0 meant " + was + " before, and would now mean the default, as a zero does in Options; write " + instead + ", or omit the field for the default"}
 }
 
 func (z zeroRule) check(path string, raw json.RawMessage) error {
-	if z.def == "" {
+	if z.refused == "" {
 		return nil
 	}
-	msg := fmt.Sprintf("%s is not allowed here; omit the field for the default (%s)", brief(raw), z.def)
-	if z.or != "" {
-		msg += " or " + z.or
-	}
-	return configErr(path, "%s", msg)
+	return configErr(path, "%s is refused: %s", brief(raw), z.refused)
 }
 
 func durationField[T any](field func(*T) *time.Duration, zero zeroRule) func(*T, json.RawMessage, string) error {
@@ -356,21 +342,21 @@ func objectField[T, F any](fs fieldSet[F], field func(*T) *F) func(*T, json.RawM
 var overloadFields = fieldSet[OverloadOptions]{
 	"disabled": boolField(func(o *OverloadOptions) *bool { return &o.Disabled }),
 	"minLimit": intField(func(o *OverloadOptions) *int { return &o.MinLimit },
-		rejectZero(defaultOverloadMinLimit, "")),
+		keepZero),
 	"maxLimit": intField(func(o *OverloadOptions) *int { return &o.MaxLimit },
-		rejectZero(defaultOverloadMaxLimit, "")),
+		keepZero),
 	"initialLimit": intField(func(o *OverloadOptions) *int { return &o.InitialLimit },
-		rejectZero(defaultOverloadInitialLimit, "")),
+		keepZero),
 	"maxQueue": intField(func(o *OverloadOptions) *int { return &o.MaxQueue },
-		rejectZero(defaultOverloadMaxQueue, "")),
+		keepZero),
 	"maxQueueWait": durationField(func(o *OverloadOptions) *time.Duration { return &o.MaxQueueWait },
-		rejectZero(defaultOverloadMaxQueueWait, "")),
+		keepZero),
 }
 
 var rateLimitFields = fieldSet[RateLimitOptions]{
 	"disabled": boolField(func(o *RateLimitOptions) *bool { return &o.Disabled }),
 	"maxConcurrent": intField(func(o *RateLimitOptions) *int { return &o.MaxConcurrent },
-		rejectZero(defaultMaxConcurrent, "set rateLimit.disabled to turn admission control off")),
+		keepZero),
 	"maxQueue":          intField(func(o *RateLimitOptions) *int { return &o.MaxQueue }, keepZero),
 	"requestsPerSecond": floatField(func(o *RateLimitOptions) *float64 { return &o.RequestsPerSecond }, keepZero),
 	"burst":             intField(func(o *RateLimitOptions) *int { return &o.Burst }, keepZero),
@@ -385,7 +371,7 @@ var retryFields = fieldSet[fileOptions]{
 	"maxRetries": maxRetriesField,
 	"delay":      retryDelayField,
 	"maxDelay": durationField(func(o *fileOptions) *time.Duration { return &o.Retry.MaxDelay },
-		rejectZero(fmt.Sprintf("%v, or retry.delay when that is longer", defaultMaxRetryDelay), "")),
+		keepZero),
 	"backoff":          backoffField,
 	"noJitter":         boolField(func(o *fileOptions) *bool { return &o.Retry.NoJitter }),
 	"methods":          stringsField(func(o *fileOptions) *[]string { return &o.Retry.Methods }),
@@ -394,26 +380,13 @@ var retryFields = fieldSet[fileOptions]{
 	"maxRetryAfter":    durationField(func(o *fileOptions) *time.Duration { return &o.Retry.MaxRetryAfter }, keepZero),
 }
 
-// maxRetriesField reads retry.maxRetries, where a written 0 means no retries.
-func maxRetriesField(o *fileOptions, raw json.RawMessage, path string) error {
-	if err := intField(func(o *fileOptions) *int { return &o.Retry.MaxRetries }, keepZero)(o, raw, path); err != nil {
-		return err
-	}
-	o.noRetries = o.Retry.MaxRetries == 0
-	return nil
-}
+// maxRetriesField reads retry.maxRetries; a written 0 meant no retries.
+var maxRetriesField = intField(func(o *fileOptions) *int { return &o.Retry.MaxRetries },
+	refuseZero("no retries", `"disabled": true`))
 
-// retryDelayField reads retry.delay, where a written 0 means no delay:
-// retries go at once, as a negative Delay says in Options.
-func retryDelayField(o *fileOptions, raw json.RawMessage, path string) error {
-	if err := durationField(func(o *fileOptions) *time.Duration { return &o.Retry.Delay }, keepZero)(o, raw, path); err != nil {
-		return err
-	}
-	if o.Retry.Delay == 0 {
-		o.Retry.Delay = -1
-	}
-	return nil
-}
+// retryDelayField reads retry.delay; a written 0 meant no delay.
+var retryDelayField = durationField(func(o *fileOptions) *time.Duration { return &o.Retry.Delay },
+	refuseZero("no delay", `a negative duration such as "-1s" for no delay`))
 
 func backoffField(o *fileOptions, raw json.RawMessage, path string) error {
 	var s string
@@ -430,64 +403,48 @@ func backoffField(o *fileOptions, raw json.RawMessage, path string) error {
 var circuitBreakerFields = fieldSet[CircuitBreakerOptions]{
 	"disabled": boolField(func(o *CircuitBreakerOptions) *bool { return &o.Disabled }),
 	"failureRatio": floatField(func(o *CircuitBreakerOptions) *float64 { return &o.FailureRatio },
-		rejectZero(defaultFailureRatio, "set circuitBreaker.disabled to turn the circuit breaker off")),
+		keepZero),
 	"minimumThroughput": minimumThroughputField,
 	"samplingDuration": durationField(func(o *CircuitBreakerOptions) *time.Duration { return &o.SamplingDuration },
-		rejectZero(fmt.Sprintf("%v, or twice attemptTimeout when that is longer", defaultSamplingDuration), "")),
+		keepZero),
 	"breakDuration": durationField(func(o *CircuitBreakerOptions) *time.Duration { return &o.BreakDuration },
-		rejectZero(defaultBreakDuration, "set circuitBreaker.disabled to turn the circuit breaker off")),
+		keepZero),
 }
 
-// minimumThroughputField reads circuitBreaker.minimumThroughput, where a
-// written 0 means no minimum: the ratio counts from the first attempt, as 1
-// says in Options.
-func minimumThroughputField(o *CircuitBreakerOptions, raw json.RawMessage, path string) error {
-	if err := intField(func(o *CircuitBreakerOptions) *int { return &o.MinimumThroughput }, keepZero)(o, raw, path); err != nil {
-		return err
-	}
-	if o.MinimumThroughput == 0 {
-		o.MinimumThroughput = 1
-	}
-	return nil
-}
+// minimumThroughputField reads circuitBreaker.minimumThroughput; a written
+// 0 meant no minimum.
+var minimumThroughputField = intField(func(o *CircuitBreakerOptions) *int { return &o.MinimumThroughput },
+	refuseZero("no minimum", "1 for no minimum"))
 
 var retryBudgetFields = fieldSet[RetryBudgetOptions]{
 	"disabled": boolField(func(o *RetryBudgetOptions) *bool { return &o.Disabled }),
 	"maxTokens": floatField(func(o *RetryBudgetOptions) *float64 { return &o.MaxTokens },
-		rejectZero(defaultBudgetTokens, "set retryBudget.disabled to turn the retry budget off")),
+		keepZero),
 	"tokenRatio": floatField(func(o *RetryBudgetOptions) *float64 { return &o.TokenRatio },
-		rejectZero(defaultBudgetTokenRatio, "set retryBudget.disabled to turn the retry budget off")),
+		keepZero),
 	"retrySuccessTokens": floatField(func(o *RetryBudgetOptions) *float64 { return &o.RetrySuccessTokens },
-		rejectZero(defaultBudgetRetrySuccess, "set retryBudget.disabled to turn the retry budget off")),
+		keepZero),
 }
 
 var hedgingFields = fieldSet[HedgingOptions]{
 	"enabled": boolField(func(o *HedgingOptions) *bool { return &o.Enabled }),
 	"maxHedges": intField(func(o *HedgingOptions) *int { return &o.MaxHedges },
-		rejectZero(defaultMaxHedges, "leave hedging.enabled false to send no hedges")),
+		keepZero),
 	"delay": durationField(func(o *HedgingOptions) *time.Duration { return &o.Delay },
-		rejectZero(defaultHedgingDelay, `write a short duration such as "10ms" to hedge sooner`)),
+		keepZero),
 	"delayPercentile": floatField(func(o *HedgingOptions) *float64 { return &o.DelayPercentile }, keepZero),
 	"minDelay": durationField(func(o *HedgingOptions) *time.Duration { return &o.MinDelay },
-		rejectZero(defaultHedgingMinDelay, "")),
+		keepZero),
 	"maxDelay": durationField(func(o *HedgingOptions) *time.Duration { return &o.MaxDelay },
-		rejectZero("hedging.delay", "")),
+		keepZero),
 	"maxExtraLoad": maxExtraLoadField,
 	"routing":      routingField,
 	"endpoints":    endpointsField,
 }
 
-// maxExtraLoadField reads hedging.maxExtraLoad, where a written 0 means no
-// cap, as NoExtraLoadCap says in Options.
-func maxExtraLoadField(o *HedgingOptions, raw json.RawMessage, path string) error {
-	if err := floatField(func(o *HedgingOptions) *float64 { return &o.MaxExtraLoad }, keepZero)(o, raw, path); err != nil {
-		return err
-	}
-	if o.MaxExtraLoad == 0 {
-		o.MaxExtraLoad = NoExtraLoadCap
-	}
-	return nil
-}
+// maxExtraLoadField reads hedging.maxExtraLoad; a written 0 meant no cap.
+var maxExtraLoadField = floatField(func(o *HedgingOptions) *float64 { return &o.MaxExtraLoad },
+	refuseZero("no cap", "-1 (NoExtraLoadCap) for no cap"))
 
 func routingField(o *HedgingOptions, raw json.RawMessage, path string) error {
 	var s string
@@ -508,7 +465,7 @@ var endpointFields = fieldSet[Endpoint]{
 		}
 		return nil
 	},
-	"weight": intField(func(e *Endpoint) *int { return &e.Weight }, rejectZero(1, "")),
+	"weight": intField(func(e *Endpoint) *int { return &e.Weight }, keepZero),
 }
 
 // endpointsField reads hedging.endpoints, a list of {"url": ..., "weight": ...}.
@@ -535,18 +492,18 @@ func endpointsField(o *HedgingOptions, raw json.RawMessage, path string) error {
 var perHostFields = fieldSet[PerHostOptions]{
 	"enabled": boolField(func(o *PerHostOptions) *bool { return &o.Enabled }),
 	"maxHosts": intField(func(o *PerHostOptions) *int { return &o.MaxHosts },
-		rejectZero(defaultMaxHosts, "leave perHost.enabled false to share one circuit and one set of limits")),
+		keepZero),
 	"idleTimeout": durationField(func(o *PerHostOptions) *time.Duration { return &o.IdleTimeout },
-		rejectZero(defaultHostIdleTimeout, "")),
+		keepZero),
 }
 
 var optionFields = fieldSet[fileOptions]{
 	"totalTimeout": durationField(func(o *fileOptions) *time.Duration { return &o.TotalTimeout },
-		rejectZero(defaultTotalTimeout, `write a negative duration such as "-1s" to disable the total timeout`)),
+		keepZero),
 	"attemptTimeout": durationField(func(o *fileOptions) *time.Duration { return &o.AttemptTimeout },
-		rejectZero(defaultAttemptTimeout, `write a negative duration such as "-1s" to disable the attempt timeout`)),
+		keepZero),
 	"maxBufferedBody": intField(func(o *fileOptions) *int64 { return &o.MaxBufferedBody },
-		rejectZero(fmt.Sprintf("%d bytes", defaultMaxBufferedBody), "write a negative number such as -1 to never buffer request bodies")),
+		keepZero),
 	"rateLimit":      objectField(rateLimitFields, func(o *fileOptions) *RateLimitOptions { return &o.RateLimit }),
 	"overload":       objectField(overloadFields, func(o *fileOptions) *OverloadOptions { return &o.Overload }),
 	"retry":          objectField(retryFields, func(o *fileOptions) *fileOptions { return o }),

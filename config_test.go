@@ -176,78 +176,52 @@ func FuzzLoadConfig(f *testing.F) {
 	})
 }
 
-// A zero written in a file is a deliberate value, never "the default": it is
-// honoured where Options can say what it says, and rejected, with the field's
-// path and the way to say what was meant, where it cannot. The rule applies
-// where the zero is written, in an upstream or in the defaults it inherits.
+// Issue 20: a zero written in a file means what it means in Options, the
+// field's default, in an upstream, in the defaults and under a defaults'
+// other value; the four zeros that meant something else before are refused
+// with the spelling of what they meant. Every numeric field has a case.
 func TestLoadConfigWrittenZero(t *testing.T) {
 	type zeroCase struct {
 		field   string // path below the upstream or the defaults
 		zero    string // the zero as written
 		nonzero string // a valid value, for the defaults under an upstream's zero
-		want    string // the error's hint after "omit the field for the default", or "" when the zero is honoured
-		check   func(t *testing.T, o Options)
+		refused string // the error's reason, or "" when the zero is the default
 	}
 	cases := []zeroCase{
-		{"totalTimeout", `"0s"`, `"10s"`, ` (30s) or write a negative duration such as "-1s" to disable the total timeout`, nil},
-		{"attemptTimeout", `"0s"`, `"2s"`, ` (10s) or write a negative duration such as "-1s" to disable the attempt timeout`, nil},
-		{"maxBufferedBody", `0`, `1024`, ` (1048576 bytes) or write a negative number such as -1 to never buffer request bodies`, nil},
-
-		{"rateLimit.maxConcurrent", `0`, `10`, ` (1000) or set rateLimit.disabled to turn admission control off`, nil},
-		{"rateLimit.maxQueue", `0`, `20`, "", func(t *testing.T, o Options) {
-			assert.Zero(t, o.RateLimit.MaxQueue, "no queue")
-		}},
-		{"rateLimit.requestsPerSecond", `0`, `10`, "", func(t *testing.T, o Options) {
-			assert.Zero(t, o.RateLimit.RequestsPerSecond, "no rate limit")
-		}},
-		{"rateLimit.burst", `0`, `5`, "", func(t *testing.T, o Options) {
-			assert.Zero(t, o.RateLimit.Burst, "calls spaced evenly")
-		}},
-
-		{"retry.maxRetries", `0`, `2`, "", func(t *testing.T, o Options) {
-			assert.True(t, o.Retry.Disabled, "no retries")
-		}},
-		{"retry.delay", `"0s"`, `"200ms"`, "", func(t *testing.T, o Options) {
-			assert.Negative(t, o.Retry.Delay, "no delay: retries go at once")
-		}},
-		{"retry.maxDelay", `"0s"`, `"2s"`, ` (30s, or retry.delay when that is longer)`, nil},
-		{"retry.maxRetryAfter", `"0s"`, `"5s"`, "", func(t *testing.T, o Options) {
-			assert.Zero(t, o.Retry.MaxRetryAfter, "no cap but the total timeout")
-		}},
-
-		{"circuitBreaker.failureRatio", `0`, `0.5`, ` (0.9) or set circuitBreaker.disabled to turn the circuit breaker off`, nil},
-		{"circuitBreaker.minimumThroughput", `0`, `20`, "", func(t *testing.T, o Options) {
-			assert.Equal(t, 1, o.CircuitBreaker.MinimumThroughput, "no minimum: the ratio counts from the first attempt")
-		}},
-		{"circuitBreaker.samplingDuration", `"0s"`, `"30s"`, ` (30s, or twice attemptTimeout when that is longer)`, nil},
-		{"circuitBreaker.breakDuration", `"0s"`, `"5s"`, ` (1s) or set circuitBreaker.disabled to turn the circuit breaker off`, nil},
-
-		{"retryBudget.maxTokens", `0`, `20`, ` (25) or set retryBudget.disabled to turn the retry budget off`, nil},
-		{"retryBudget.tokenRatio", `0`, `0.5`, ` (0.2) or set retryBudget.disabled to turn the retry budget off`, nil},
-		{"retryBudget.retrySuccessTokens", `0`, `2`, ` (6) or set retryBudget.disabled to turn the retry budget off`, nil},
-
-		{"hedging.maxHedges", `0`, `2`, ` (1) or leave hedging.enabled false to send no hedges`, nil},
-		{"hedging.delay", `"0s"`, `"1s"`, ` (2s) or write a short duration such as "10ms" to hedge sooner`, nil},
-		{"hedging.delayPercentile", `0`, `0.95`, "", func(t *testing.T, o Options) {
-			assert.Zero(t, o.Hedging.DelayPercentile, "the fixed delay")
-		}},
-		{"hedging.minDelay", `"0s"`, `"5ms"`, ` (1ms)`, nil},
-		{"hedging.maxDelay", `"0s"`, `"1s"`, ` (hedging.delay)`, nil},
-		{"hedging.maxExtraLoad", `0`, `0.1`, "", func(t *testing.T, o Options) {
-			assert.Equal(t, NoExtraLoadCap, o.Hedging.MaxExtraLoad, "a written 0 is no cap")
-		}},
-
-		{"perHost.maxHosts", `0`, `64`, ` (1000) or leave perHost.enabled false to share one circuit and one set of limits`, nil},
-		{"perHost.idleTimeout", `"0s"`, `"10m"`, ` (5m0s)`, nil},
-		{"overload.minLimit", `0`, `4`, ` (8)`, nil},
-		{"overload.maxLimit", `0`, `64`, ` (1000)`, nil},
-		{"overload.initialLimit", `0`, `16`, ` (20)`, nil},
-		{"overload.maxQueue", `0`, `100`, ` (1000)`, nil},
-		{"overload.maxQueueWait", `"0s"`, `"250ms"`, ` (1s)`, nil},
-
-		{"fallback.maxStale", `"0s"`, `"1m"`, ` (10m0s) or leave fallback.enabled false to serve no stale responses`, nil},
-		{"fallback.maxEntryBytes", `0`, `1024`, ` (1048576)`, nil},
-		{"fallback.maxBytes", `0`, `4096`, ` (67108864)`, nil},
+		{"totalTimeout", `"0s"`, `"10s"`, ""},
+		{"attemptTimeout", `"0s"`, `"2s"`, ""},
+		{"maxBufferedBody", `0`, `1024`, ""},
+		{"rateLimit.maxConcurrent", `0`, `10`, ""},
+		{"rateLimit.maxQueue", `0`, `20`, ""},
+		{"rateLimit.requestsPerSecond", `0`, `10`, ""},
+		{"rateLimit.burst", `0`, `5`, ""},
+		{"retry.maxRetries", `0`, `2`, `a written 0 meant no retries before, and would now mean the default, as a zero does in Options; write "disabled": true, or omit the field for the default`},
+		{"retry.delay", `"0s"`, `"200ms"`, `a written 0 meant no delay before, and would now mean the default, as a zero does in Options; write a negative duration such as "-1s" for no delay, or omit the field for the default`},
+		{"retry.maxDelay", `"0s"`, `"2s"`, ""},
+		{"retry.maxRetryAfter", `"0s"`, `"5s"`, ""},
+		{"circuitBreaker.failureRatio", `0`, `0.5`, ""},
+		{"circuitBreaker.minimumThroughput", `0`, `20`, `a written 0 meant no minimum before, and would now mean the default, as a zero does in Options; write 1 for no minimum, or omit the field for the default`},
+		{"circuitBreaker.samplingDuration", `"0s"`, `"30s"`, ""},
+		{"circuitBreaker.breakDuration", `"0s"`, `"5s"`, ""},
+		{"retryBudget.maxTokens", `0`, `20`, ""},
+		{"retryBudget.tokenRatio", `0`, `0.5`, ""},
+		{"retryBudget.retrySuccessTokens", `0`, `2`, ""},
+		{"hedging.maxHedges", `0`, `2`, ""},
+		{"hedging.delay", `"0s"`, `"1s"`, ""},
+		{"hedging.delayPercentile", `0`, `0.95`, ""},
+		{"hedging.minDelay", `"0s"`, `"5ms"`, ""},
+		{"hedging.maxDelay", `"0s"`, `"1s"`, ""},
+		{"hedging.maxExtraLoad", `0`, `0.1`, `a written 0 meant no cap before, and would now mean the default, as a zero does in Options; write -1 (NoExtraLoadCap) for no cap, or omit the field for the default`},
+		{"perHost.maxHosts", `0`, `64`, ""},
+		{"perHost.idleTimeout", `"0s"`, `"10m"`, ""},
+		{"overload.minLimit", `0`, `4`, ""},
+		{"overload.maxLimit", `0`, `64`, ""},
+		{"overload.initialLimit", `0`, `16`, ""},
+		{"overload.maxQueue", `0`, `100`, ""},
+		{"overload.maxQueueWait", `"0s"`, `"250ms"`, ""},
+		{"fallback.maxStale", `"0s"`, `"1m"`, ""},
+		{"fallback.maxEntryBytes", `0`, `1024`, ""},
+		{"fallback.maxBytes", `0`, `4096`, ""},
 	}
 
 	// Every numeric field of the configuration is in the table.
@@ -291,6 +265,11 @@ func TestLoadConfigWrittenZero(t *testing.T) {
 		}
 		return s
 	}
+	standard := func(t *testing.T) Options {
+		h, err := NewHandler(Options{Name: "a"})
+		require.NoError(t, err)
+		return h.Options()
+	}(t)
 	for _, tc := range cases {
 		t.Run(tc.field, func(t *testing.T) {
 			for _, layout := range []struct {
@@ -301,67 +280,72 @@ func TestLoadConfigWrittenZero(t *testing.T) {
 				{"defaults." + tc.field, `{"defaults": ` + nest(tc.field, tc.zero) + `, "upstreams": {"a": {}}}`},
 			} {
 				cfg, err := LoadConfig(strings.NewReader(layout.json))
-				if tc.want == "" {
-					require.NoError(t, err, layout.json)
-					tc.check(t, cfg.Upstreams["a"])
-					_, err = cfg.Handlers(nil)
-					require.NoError(t, err, "%s builds", layout.json)
+				if tc.refused != "" {
+					require.Error(t, err, layout.json)
+					assert.Equal(t, "resilience: config: "+layout.where+": "+tc.zero+" is refused: "+tc.refused, err.Error())
 					continue
 				}
-				require.Error(t, err, layout.json)
-				assert.Equal(t, "resilience: config: "+layout.where+": "+tc.zero+
-					" is not allowed here; omit the field for the default"+tc.want, err.Error())
+				require.NoError(t, err, layout.json)
+				h, err := NewHandler(cfg.Upstreams["a"])
+				require.NoError(t, err, layout.json)
+				assert.Equal(t, standard, h.Options(), "%s: the zero is the default, as in Options", layout.json)
 			}
 		})
 	}
 
 	// Other spellings of zero are zeros too.
 	for _, s := range []string{`"0"`, `"0ms"`, `"-0s"`, `"0h0m0s"`} {
-		_, err := LoadConfig(strings.NewReader(`{"upstreams": {"a": {"totalTimeout": ` + s + `}}}`))
-		require.Error(t, err, s)
-		assert.Contains(t, err.Error(), "upstreams.a.totalTimeout: "+s+" is not allowed here", s)
+		cfg, err := LoadConfig(strings.NewReader(`{"upstreams": {"a": {"totalTimeout": ` + s + `}}}`))
+		require.NoError(t, err, s)
+		assert.Zero(t, cfg.Upstreams["a"].TotalTimeout, s)
+		_, err = LoadConfig(strings.NewReader(`{"upstreams": {"a": {"retry": {"delay": ` + s + `}}}}`))
+		assert.ErrorContains(t, err, "upstreams.a.retry.delay: "+s+" is refused", s)
 	}
 	for _, s := range []string{`-0`, `0e3`, `0.0`} {
-		_, err := LoadConfig(strings.NewReader(`{"upstreams": {"a": {"circuitBreaker": {"failureRatio": ` + s + `}}}}`))
-		require.Error(t, err, s)
-		assert.Contains(t, err.Error(), "upstreams.a.circuitBreaker.failureRatio: "+s+" is not allowed here", s)
+		cfg, err := LoadConfig(strings.NewReader(`{"upstreams": {"a": {"circuitBreaker": {"failureRatio": ` + s + `}}}}`))
+		require.NoError(t, err, s)
+		assert.Zero(t, cfg.Upstreams["a"].CircuitBreaker.FailureRatio, s)
+		_, err = LoadConfig(strings.NewReader(`{"upstreams": {"a": {"hedging": {"maxExtraLoad": ` + s + `}}}}`))
+		assert.ErrorContains(t, err, "upstreams.a.hedging.maxExtraLoad: "+s+" is refused", s)
 	}
-	_, err := LoadConfig(strings.NewReader(`{"upstreams": {"a": {"rateLimit": {"maxConcurrent": -0}}}}`))
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "upstreams.a.rateLimit.maxConcurrent: -0 is not allowed here")
+	_, err := LoadConfig(strings.NewReader(`{"upstreams": {"a": {"retry": {"maxRetries": -0}}}}`))
+	assert.ErrorContains(t, err, "upstreams.a.retry.maxRetries: -0 is refused")
 }
 
-// maxRetries 0 is the last word of whichever layer writes it last.
-func TestLoadConfigMaxRetriesLayers(t *testing.T) {
+// retry.disabled is the last word of whichever layer writes it last, and
+// maxRetries does not turn retries back on.
+func TestLoadConfigRetryDisabledLayers(t *testing.T) {
 	for _, tc := range []struct {
 		name, json string
 		disabled   bool
 		retries    int
 	}{
-		{"upstream zero", `{"upstreams": {"a": {"retry": {"maxRetries": 0}}}}`, true, 0},
-		{"defaults zero inherited", `{"defaults": {"retry": {"maxRetries": 0}}, "upstreams": {"a": {}}}`, true, 0},
-		{"defaults zero overridden", `{"defaults": {"retry": {"maxRetries": 0}}, "upstreams": {"a": {"retry": {"maxRetries": 2}}}}`, false, 2},
-		{"defaults two, upstream zero", `{"defaults": {"retry": {"maxRetries": 2}}, "upstreams": {"a": {"retry": {"maxRetries": 0}}}}`, true, 0},
+		{"upstream", `{"upstreams": {"a": {"retry": {"disabled": true}}}}`, true, 3},
+		{"defaults inherited", `{"defaults": {"retry": {"disabled": true}}, "upstreams": {"a": {}}}`, true, 3},
+		{"defaults overridden", `{"defaults": {"retry": {"disabled": true}}, "upstreams": {"a": {"retry": {"disabled": false, "maxRetries": 2}}}}`, false, 2},
+		{"defaults two, upstream off", `{"defaults": {"retry": {"maxRetries": 2}}, "upstreams": {"a": {"retry": {"disabled": true}}}}`, true, 2},
 		{"explicit disabled kept", `{"defaults": {"retry": {"disabled": true}}, "upstreams": {"a": {"retry": {"maxRetries": 2}}}}`, true, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := LoadConfig(strings.NewReader(tc.json))
 			require.NoError(t, err)
-			assert.Equal(t, tc.disabled, cfg.Upstreams["a"].Retry.Disabled)
-			assert.Equal(t, tc.retries, cfg.Upstreams["a"].Retry.MaxRetries)
+			h, err := NewHandler(cfg.Upstreams["a"])
+			require.NoError(t, err)
+			assert.Equal(t, tc.disabled, h.Options().Retry.Disabled)
+			assert.Equal(t, tc.retries, h.Options().Retry.MaxRetries)
 		})
 	}
 }
 
-// "maxRetries": 0 in a file means one request, not the default four.
-func TestLoadConfigMaxRetriesZeroSendsOnce(t *testing.T) {
+// "disabled": true in a file sends one request, not the default four.
+func TestLoadConfigRetryDisabledSendsOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name, json string
 		requests   int64
 	}{
-		{"upstream", `{"upstreams": {"a": {"retry": {"maxRetries": 0, "delay": "1ms"}}}}`, 1},
-		{"defaults", `{"defaults": {"retry": {"maxRetries": 0, "delay": "1ms"}}, "upstreams": {"a": {}}}`, 1},
-		{"defaults overridden", `{"defaults": {"retry": {"maxRetries": 0, "delay": "1ms"}}, "upstreams": {"a": {"retry": {"maxRetries": 2}}}}`, 3},
+		{"upstream", `{"upstreams": {"a": {"retry": {"disabled": true, "delay": "1ms"}}}}`, 1},
+		{"defaults", `{"defaults": {"retry": {"disabled": true, "delay": "1ms"}}, "upstreams": {"a": {}}}`, 1},
+		{"defaults overridden", `{"defaults": {"retry": {"disabled": true, "delay": "1ms"}}, "upstreams": {"a": {"retry": {"disabled": false, "maxRetries": 2}}}}`, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := newTestUpstream(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
@@ -465,16 +449,16 @@ func TestLoadConfigExcludeMethodsNarrowsDefaults(t *testing.T) {
 	}
 }
 
-// "delay": "0s" in a file retries at once, where it is written and where it
-// is inherited, and a later layer's delay overrides it.
-func TestLoadConfigZeroDelayRetriesAtOnce(t *testing.T) {
+// A negative "delay" in a file retries at once, as in Options, where it is
+// written and where it is inherited, and a later layer's delay overrides it.
+func TestLoadConfigNegativeDelayRetriesAtOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name, json string
 		want       []time.Duration
 	}{
-		{"upstream", `{"defaults": {"retry": {"delay": "200ms"}}, "upstreams": {"a": {"retry": {"delay": "0s", "maxDelay": "1s"}}}}`, []time.Duration{0, 0}},
-		{"defaults", `{"defaults": {"retry": {"delay": "0s"}}, "upstreams": {"a": {"retry": {"backoff": "linear"}}}}`, []time.Duration{0, 0}},
-		{"defaults overridden", `{"defaults": {"retry": {"delay": "0s"}}, "upstreams": {"a": {"retry": {"delay": "1ms", "noJitter": true}}}}`, []time.Duration{time.Millisecond, 2 * time.Millisecond}},
+		{"upstream", `{"defaults": {"retry": {"delay": "200ms"}}, "upstreams": {"a": {"retry": {"delay": "-1s", "maxDelay": "1s"}}}}`, []time.Duration{0, 0}},
+		{"defaults", `{"defaults": {"retry": {"delay": "-1s"}}, "upstreams": {"a": {"retry": {"backoff": "linear"}}}}`, []time.Duration{0, 0}},
+		{"defaults overridden", `{"defaults": {"retry": {"delay": "-1s"}}, "upstreams": {"a": {"retry": {"delay": "1ms", "noJitter": true}}}}`, []time.Duration{time.Millisecond, 2 * time.Millisecond}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := newTestUpstream(t, func(w http.ResponseWriter, _ *http.Request, n int) {
@@ -523,7 +507,6 @@ func TestLoadConfigEndpoints(t *testing.T) {
 		{`{"endpoints": "http://a"}`, `upstreams.a.hedging.endpoints: want a list of endpoints`},
 		{`{"endpoints": [{"url": "http://a", "wieght": 2}]}`, `upstreams.a.hedging.endpoints[0].wieght: unknown field (known: url, weight)`},
 		{`{"endpoints": [{"weight": 2}]}`, `upstreams.a.hedging.endpoints[0].url: is missing`},
-		{`{"endpoints": [{"url": "http://a", "weight": 0}]}`, `upstreams.a.hedging.endpoints[0].weight: 0 is not allowed here; omit the field for the default (1)`},
 		{`{"endpoints": [{"url": "http://a"}, {"url": "ftp://b"}]}`, `upstreams.a.hedging.endpoints[1].url (ftp://b): must start with`},
 		{`{"endpoints": [{"url": "http://a"}, {"url": "http://a/v2"}]}`, `has the authority of hedging.endpoints[0]`},
 		{`{"delayPercentile": 95}`, `upstreams.a.hedging.delayPercentile (95): must be in (0, 1)`},
@@ -533,6 +516,9 @@ func TestLoadConfigEndpoints(t *testing.T) {
 		require.Error(t, err, tc.hedging)
 		assert.Contains(t, err.Error(), tc.want)
 	}
+	cfg0, err := LoadConfig(strings.NewReader(`{"upstreams": {"a": {"perHost": {"enabled": true}, "hedging": {"endpoints": [{"url": "http://a", "weight": 0}]}}}}`))
+	require.NoError(t, err, "a written weight 0 is the default, as in Options")
+	assert.Zero(t, cfg0.Upstreams["a"].Hedging.Endpoints[0].Weight)
 	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"a": {"hedging": {"endpoints": [{"url": "http://a"}]}}}}`))
 	assert.ErrorContains(t, err, "upstreams.a.hedging.endpoints (1): needs perHost.enabled")
 }

@@ -477,7 +477,10 @@ func TestLoadConfigFallback(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, FallbackOptions{Enabled: true, MaxStale: 2 * time.Minute, MaxEntryBytes: 1024, MaxBytes: 4096,
 		Header: "X-Stale", OnTransient: true, ShareCredentialed: true}, cfg.Upstreams["a"].Fallback)
-	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"a": {"fallback": {"maxStale": "0s"}}}}`))
+	cfg, err = LoadConfig(strings.NewReader(`{"upstreams": {"a": {"fallback": {"maxStale": "0s"}}}}`))
+	require.NoError(t, err, "a written 0 is the default, as in Options")
+	assert.Zero(t, cfg.Upstreams["a"].Fallback.MaxStale)
+	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"a": {"fallback": {"maxStale": "-1s"}}}}`))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "fallback.maxStale")
 	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"a": {"fallback": {"header": 3}}}}`))

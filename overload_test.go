@@ -221,8 +221,11 @@ func TestOverloadConfig(t *testing.T) {
 
 	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"pricing": {"overload": {"minLimit": -3}}}}`))
 	assert.ErrorContains(t, err, `upstreams.pricing.overload.minLimit (-3): must not be negative`)
-	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"pricing": {"overload": {"maxQueue": 0}}}}`))
-	assert.ErrorContains(t, err, `upstreams.pricing.overload.maxQueue: 0 is not allowed here; omit the field for the default (1000)`)
+	cfg, err = LoadConfig(strings.NewReader(`{"upstreams": {"pricing": {"overload": {"maxQueue": 0}}}}`))
+	require.NoError(t, err, "a written 0 is the default, as in Options")
+	h, err := NewHandler(cfg.Upstreams["pricing"])
+	require.NoError(t, err)
+	assert.Equal(t, defaultOverloadMaxQueue, h.Options().Overload.MaxQueue)
 }
 
 // Losses at random are not congestion: 20% of attempts lost never cut the
