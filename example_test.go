@@ -609,3 +609,48 @@ func ExampleHandler_Options() {
 	// 5s 5s 3 2s 0.9
 	// 1 5s
 }
+
+// A streamed body (server-sent events, a long download) should not be cut
+// by the total timeout, only its time to the response headers bounded: a
+// negative WithTotalTimeout turns the total timeout off for that call, and
+// WithAttemptTimeout bounds each attempt until its headers arrive, not
+// while its body is read.
+func ExampleWithTotalTimeout() {
+	stream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK) // the headers at once
+		for i := 0; i < 6; i++ {
+			fmt.Fprintf(w, "event %d\n", i)
+			w.(http.Flusher).Flush()
+			time.Sleep(100 * time.Millisecond) // the body over 600ms
+		}
+	}))
+	defer stream.Close()
+	t, err := resilience.NewTransport(nil, resilience.Options{Name: "events", TotalTimeout: 200 * time.Millisecond})
+	if err != nil {
+		panic(err)
+	}
+	defer t.CloseIdleConnections()
+	client := &http.Client{Transport: t}
+
+	read := func(ctx context.Context) (int, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, stream.URL, nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return bytes.Count(body, []byte("\n")), err
+	}
+
+	_, err = read(context.Background())
+	fmt.Println("the handler's total timeout ends the stream:", errors.Is(err, resilience.ErrTotalTimeout))
+
+	ctx := resilience.WithTotalTimeout(context.Background(), -1) // the body may take as long as it takes
+	ctx = resilience.WithAttemptTimeout(ctx, 2*time.Second)      // but the headers must come within 2s
+	events, err := read(ctx)
+	fmt.Println(events, "events, error:", err)
+	// Output:
+	// the handler's total timeout ends the stream: true
+	// 6 events, error: <nil>
+}
