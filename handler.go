@@ -49,8 +49,9 @@ func NewHandler(opts Options) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{}
-	h.latency.Start(time.Now())
-	h.load.Start(time.Now())
+	epoch := time.Now() // one clock for both windows
+	h.latency.Start(epoch)
+	h.load.Start(epoch)
 	h.cfg.Store(cfg)
 	h.timers.New = newTimerSlot
 	h.fbStore = newLRUStore(cfg.Fallback.MaxBytes)
