@@ -203,13 +203,14 @@ func (c sending) takeSlot(ctx context.Context, s *hostState, n int, queue bool) 
 		return overloadSlot{}, nil
 	}
 	var wait time.Duration
+	var until time.Time
 	if queue {
-		wait = l.opts.MaxQueueWait
-		if d := c.deadline(); !d.IsZero() {
-			wait = min(wait, time.Until(d))
-		}
+		wait, until = l.opts.MaxQueueWait, c.deadline()
 	}
-	slot, err := l.acquire(ctx, wait, n)
+	slot, err := l.acquire(ctx, wait, until, n)
+	if err == nil && !l.reported.Load() {
+		return slot, nil // only a refusal starts the overloaded state, and it ends only once started
+	}
 	var oe *OverloadError
 	if errors.As(err, &oe) {
 		c.emit(Event{Kind: EventOverloadShed, Host: s.host, Attempt: n, Err: oe})
