@@ -38,12 +38,12 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 		if ep, s, probe, err = routing(c).admitRouted(rt); err != nil {
 			return nil, c.errorf(ErrCircuitOpen, err, "on every endpoint"), true
 		}
-	} else if probe, err = s.admit(); err != nil {
+	} else if probe, err = s.circuit.Admit(); err != nil {
 		return nil, reporting(c).rejected(err), true
 	}
 	slot, err := c.takeSlot(c.req.Context(), s, c.attempts+1, true)
 	if err != nil {
-		s.releaseProbe(probe) // nothing was sent
+		s.circuit.ReleaseProbe(probe) // nothing was sent
 		var oe *OverloadError
 		if c.attempts > 0 && errors.As(err, &oe) {
 			return nil, &shedError{oe}, true // a retry shed: the call ends on the outcome before
@@ -58,14 +58,14 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 		c.prepared = true
 		if err := c.body.Prepare(c.req, c.repeatable, c.cfg.MaxBufferedBody); err != nil {
 			slot.release(overloadDropped, 0)
-			s.releaseProbe(probe) // the request's own failure
+			s.circuit.ReleaseProbe(probe) // the request's own failure
 			return nil, c.errorf(nil, err, ""), true
 		}
 	}
 	body, getBody, err := c.body.Next()
 	if err != nil {
 		slot.release(overloadDropped, 0)
-		s.releaseProbe(probe)
+		s.circuit.ReleaseProbe(probe)
 		return nil, c.errorf(nil, err, ""), true
 	}
 
@@ -111,7 +111,7 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 		return nil, c.errorf(nil, err, ""), true
 	case err != nil:
 		if fault := requestFault(sent, err); fault != nil {
-			s.releaseProbe(probe) // says nothing about the upstream
+			s.circuit.ReleaseProbe(probe) // says nothing about the upstream
 			return nil, c.errorf(nil, fault, ""), true
 		}
 	}
@@ -173,16 +173,15 @@ func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.R
 	if c.keyed {
 		retryable = keyedVerdict(resp, retryable, cfg.Retry.ShouldRetry != nil)
 	}
-	if b := s.breaker(); b != nil {
+	if s.circuit.Enabled() {
 		failed := transient
 		if f := cfg.CircuitBreaker.ShouldHandle; f != nil {
 			failed = f(resp, err)
 		}
 		if failed {
-			s.failures.record(resp, err)
-			b.RecordFailure()
+			s.circuit.RecordFailure(describe(resp, err))
 		} else {
-			b.RecordSuccess()
+			s.circuit.RecordSuccess()
 		}
 	}
 	if rb != nil {
@@ -203,13 +202,14 @@ func (c sending) takeSlot(ctx context.Context, s *hostState, n int, queue bool) 
 		return overloadSlot{}, nil
 	}
 	var wait time.Duration
+	var until time.Time
 	if queue {
-		wait = l.opts.MaxQueueWait
-		if d := c.deadline(); !d.IsZero() {
-			wait = min(wait, time.Until(d))
-		}
+		wait, until = l.opts.MaxQueueWait, c.deadline()
 	}
-	slot, err := l.acquire(ctx, wait, n)
+	slot, err := l.acquire(ctx, wait, until, n)
+	if err == nil && !l.reported.Load() {
+		return slot, nil // only a refusal starts the overloaded state, and it ends only once started
+	}
 	var oe *OverloadError
 	if errors.As(err, &oe) {
 		c.emit(Event{Kind: EventOverloadShed, Host: s.host, Attempt: n, Err: oe})

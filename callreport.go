@@ -44,8 +44,8 @@ func (c *call) wantsReport() bool { return c.over != nil && c.over.report != nil
 func (c reporting) rejected(reason error) error {
 	c.emit(Event{Kind: EventCircuitRejected, Attempt: c.attempts + 1, Err: reason})
 	detail := ""
-	if b := c.s.breaker(); b != nil && !c.h.isolated.Load() {
-		if d := c.s.remainingBreak(b); d > 0 {
+	if !c.h.isolated.Load() {
+		if d := c.s.circuit.RemainingBreak(); d > 0 {
 			detail = fmt.Sprintf("for another %v", d.Round(time.Millisecond))
 		}
 	}

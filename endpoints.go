@@ -304,7 +304,7 @@ func (c routing) admitRouted(rt *route) (ep *endpoint, s *hostState, probe uint6
 			break
 		}
 		s = rt.state(c.h, i)
-		probe, refused = s.admit()
+		probe, refused = s.circuit.Admit()
 		if refused == nil {
 			rt.last = i
 			return &rt.r.eps[i], s, probe, nil

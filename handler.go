@@ -160,7 +160,7 @@ func (h *Handler) CloseCircuit() {
 		states = h.hosts.all()
 	}
 	for _, s := range states {
-		if s.closeBreaker() {
+		if s.circuit.Close() {
 			closed = true
 		}
 	}

@@ -76,7 +76,7 @@ func (h *Handler) openReason() string {
 	}
 	for _, s := range states {
 		if s.circuitState() != CircuitClosed {
-			if r := s.failures.lastReason(); r != nil {
+			if r := s.circuit.Reason(); r != nil {
 				if s.host != "" {
 					return s.host + ": " + r.Error()
 				}

@@ -125,7 +125,7 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 			var err error
 			if body, getBody, err = c.body.Next(); err != nil {
 				if t.admitted {
-					t.s.releaseProbe(t.probe)
+					t.s.circuit.ReleaseProbe(t.probe)
 				}
 				return err
 			}
@@ -160,7 +160,7 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 		if len(attempts) > hedges || c.h.isolated.Load() || (rt != nil && !rt.left()) {
 			return false
 		}
-		if c.s.breaker() != nil && c.s.circuit.Load() != int32(CircuitClosed) {
+		if !c.s.circuit.Closed() {
 			return false // an open or probing circuit gets no extra load
 		}
 		claimed := false
@@ -304,7 +304,7 @@ func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFun
 			return hedgeOutcome{n: n, kind: outcomeRejected, err: ErrIsolated}
 		}
 		var reason error
-		if probe, reason = s.admit(); reason != nil {
+		if probe, reason = s.circuit.Admit(); reason != nil {
 			unsent()
 			return hedgeOutcome{n: n, kind: outcomeRejected, err: reason}
 		}
@@ -312,7 +312,7 @@ func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFun
 	slot, err := sending(c).takeSlot(ctx, s, n, n == 1) // the first waits; a hedge only tries
 	if err != nil {
 		unsent()
-		s.releaseProbe(probe)
+		s.circuit.ReleaseProbe(probe)
 		return hedgeOutcome{n: n, kind: outcomeShed, err: err}
 	}
 	var deadline *time.Timer
@@ -371,7 +371,7 @@ func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFun
 	case err != nil:
 		if fault := requestFault(sent, err); fault != nil {
 			settle()
-			s.releaseProbe(probe) // the request's own failure ends the call
+			s.circuit.ReleaseProbe(probe) // the request's own failure ends the call
 			return hedgeOutcome{n: n, err: fault, kind: outcomeWin, ep: t.idx}
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/stretchr/testify/require"
 )
 
@@ -240,3 +241,6 @@ func (c *testClient) getBounded(t *testing.T, url string) (*http.Response, error
 	t.Cleanup(cancel)
 	return c.Do(newTestRequest(t, ctx, http.MethodGet, url, nil))
 }
+
+// breaker returns s's failsafe-go circuit breaker, nil when disabled.
+func (s *hostState) breaker() circuitbreaker.CircuitBreaker[any] { return s.circuit.Breaker() }

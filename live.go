@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/bulkhead"
-	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 )
 
 // Live configuration: a running Handler takes new Options without losing
@@ -129,13 +128,13 @@ func (h *Handler) commit(cfg *config) {
 	}
 }
 
-// reconfigure gives s the policies cfg describes, keeping those cfg does not
-// change. h.mu must be held.
+// reconfigure gives s the policies and the circuit breaker cfg describes,
+// keeping those cfg does not change. h.mu must be held.
 func (s *hostState) reconfigure(cfg *config) {
+	s.circuit.Reconfigure(breakerOptionsOf(cfg)) // keeps the circuit's state
 	old := s.policies.Load()
-	p := &policies{breaker: old.breaker, bulkhead: old.bulkhead, limiter: old.limiter, overload: old.overload,
-		rl: cfg.RateLimit, ov: cfg.Overload, cb: breakerOptionsOf(cfg)}
-	if sameRateOptions(p.rl, old.rl) && p.cb == old.cb && p.ov == old.ov {
+	p := &policies{bulkhead: old.bulkhead, limiter: old.limiter, overload: old.overload, rl: cfg.RateLimit, ov: cfg.Overload}
+	if sameRateOptions(p.rl, old.rl) && p.ov == old.ov {
 		return // a host met after the update, or nothing of its own changed
 	}
 	if p.ov != old.ov {
@@ -158,87 +157,5 @@ func (s *hostState) reconfigure(cfg *config) {
 			p.limiter = newLimiter(p.rl)
 		}
 	}
-	if p.cb == old.cb {
-		s.policies.Store(p)
-		return
-	}
-	p.breaker = s.newBreaker(p.cb)
-	s.replaceBreaker(old.breaker, p)
-}
-
-// replaceBreaker makes p, whose breaker is new, s's policies, and puts the
-// new breaker in the state of the old one, ob.
-//
-// The probe gate's lock keeps out the admissions of a circuit that is not
-// closed and the probe's bookkeeping until the new breaker is in its state.
-// The swap lock orders the replacement with the listeners of the old
-// breaker: a transition they report before it is the circuit's, one after
-// it is not (ob is retired), and the state ob is in then is what the new
-// breaker carries. Once retired, ob admits no attempt; an outcome that was
-// on its way to it when it was replaced is not counted. A CloseCircuit that
-// ran while the state was carried may have closed ob too late: the new
-// breaker is closed then.
-func (s *hostState) replaceBreaker(ob circuitbreaker.CircuitBreaker[any], p *policies) {
-	g := &s.probe
-	g.mu.Lock()
-
-	s.swap.Lock()
 	s.policies.Store(p)
-	closes := s.closes.Load()
-	prev := CircuitState(s.circuit.Load())
-	state, remaining, probing := CircuitClosed, time.Duration(0), false
-	if ob != nil && p.breaker != nil {
-		switch ob.State() {
-		case circuitbreaker.OpenState:
-			state, remaining = CircuitOpen, s.remainingBreak(ob)
-		case circuitbreaker.HalfOpenState:
-			state = CircuitHalfOpen
-			probing = !ob.TryAcquirePermit() // its one permit is taken: a probe is in flight
-		}
-	}
-	if state == CircuitClosed {
-		// The new breaker, or none, is closed: say so before any listener
-		// of the new breaker can say otherwise.
-		s.breakUntil.Store(nil)
-		s.circuit.Store(int32(CircuitClosed))
-	}
-	s.swap.Unlock()
-
-	nb := p.breaker
-	g.quiet.Store(true) // the circuit is not changing state: its listeners stay silent
-	switch state {
-	case CircuitOpen:
-		nb.Open()
-		if remaining < p.cb.breakDuration {
-			until := time.Now().Add(remaining)
-			s.breakUntil.Store(&until)
-		}
-	case CircuitHalfOpen:
-		nb.HalfOpen()
-		if probing {
-			nb.TryAcquirePermit() // the probe in flight holds it, and its outcome decides
-		}
-	}
-	g.quiet.Store(false)
-	if state != CircuitClosed && (s.closing.Load() != 0 || s.closes.Load() != closes) {
-		nb.Close() // its listener reports it
-		state, prev = CircuitClosed, CircuitClosed
-	}
-	g.mu.Unlock()
-
-	// A transition of the old breaker that its listeners had not reported
-	// when it was retired, or the circuit closed by disabling the breaker,
-	// is reported here.
-	if state == prev {
-		return
-	}
-	switch state {
-	case CircuitOpen:
-		s.reportOpened(ob, prev == CircuitClosed)
-	case CircuitHalfOpen:
-		s.h.emit(Event{Kind: EventCircuitHalfOpened, Host: s.host})
-	case CircuitClosed:
-		s.failures.reset()
-		s.h.emit(Event{Kind: EventCircuitClosed, Host: s.host})
-	}
 }

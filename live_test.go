@@ -405,7 +405,7 @@ func TestUpdateKeepsBudgetIsolationAndHosts(t *testing.T) {
 		liveRejected(t, tr, bad)
 		for _, s := range hosts {
 			p := s.policies.Load()
-			assert.Equal(t, 5, p.cb.minimumThroughput, "%s has the new breaker", s.host)
+			assert.Equal(t, 5, s.circuit.Options().MinimumThroughput, "%s has the new breaker", s.host)
 			assert.Equal(t, 10, p.rl.MaxConcurrent, "%s has the new limit", s.host)
 		}
 		assert.Equal(t, 10, h.hosts.max)

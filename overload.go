@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
@@ -61,10 +62,11 @@ type overloadLimiter struct {
 	lastCut   time.Time
 	srtt      time.Duration // smoothed time to headers of successful attempts
 	waiters   []*overloadWaiter
-	refusedAt time.Time // the last refusal
-	firstAt   time.Time // the last refusal of a first attempt
-	state     bool      // overloaded, as last reported
-	refused   uint64    // refusals so far
+	refusedAt time.Time   // the last refusal
+	firstAt   time.Time   // the last refusal of a first attempt
+	state     bool        // overloaded, as last reported
+	reported  atomic.Bool // state, read without mu: while it is false only a refusal can change it
+	refused   uint64      // refusals so far
 }
 
 // The loss cap's constants. lossWindow is the least time between two cuts
@@ -176,16 +178,21 @@ const (
 )
 
 // acquire takes a slot for attempt n of its call. An attempt given a wait
-// > 0 waits in the queue up to wait, or until ctx ends; a retry (n > 1)
-// waits only while the limiter is not shedding. Otherwise, or with the
-// queue full, it is refused at once. A refusal returns a non-nil error:
-// ctx's, or an *OverloadError without its handler's name.
-func (l *overloadLimiter) acquire(ctx context.Context, wait time.Duration, n int) (overloadSlot, error) {
+// > 0 waits in the queue up to wait (and, when until is not zero, until
+// then), or until ctx ends; a retry (n > 1) waits only while the limiter is
+// not shedding. Otherwise, or with the queue full, it is refused at once. A
+// refusal returns a non-nil error: ctx's, or an *OverloadError without its
+// handler's name. until is read only when the attempt must wait, so that
+// a free slot costs no clock read for it.
+func (l *overloadLimiter) acquire(ctx context.Context, wait time.Duration, until time.Time, n int) (overloadSlot, error) {
 	l.mu.Lock()
 	if len(l.waiters) == 0 && l.inflight < l.limitLocked() {
 		k := l.takeLocked()
 		l.mu.Unlock()
 		return l.slot(k), nil
+	}
+	if wait > 0 && !until.IsZero() {
+		wait = min(wait, time.Until(until))
 	}
 	if wait <= 0 || len(l.waiters) >= l.opts.MaxQueue || (n > 1 && l.sheddingLocked()) {
 		err := l.refuseLocked(0, n)
@@ -372,6 +379,7 @@ func (l *overloadLimiter) overloaded() (now, changed bool) {
 	now = !l.refusedAt.IsZero() && l.now().Sub(l.refusedAt) < quietAfter
 	changed = now != l.state
 	l.state = now
+	l.reported.Store(now)
 	return now, changed
 }
 

@@ -1,4 +1,4 @@
-package resilience
+package breaker
 
 import (
 	"errors"
@@ -33,7 +33,7 @@ import (
 // mutex, so the breaker's state, its permit and the gate agree. A closed
 // circuit never takes it.
 
-// probeGate is a host's record of its half-open probe.
+// probeGate is a circuit's record of its half-open probe.
 type probeGate struct {
 	mu    sync.Mutex
 	n     uint64      // the number of the current probe; 0 before the first
@@ -41,26 +41,27 @@ type probeGate struct {
 	quiet atomic.Bool // the breaker is re-entering half-open for a new probe: its listeners stay silent
 }
 
-// admit asks the circuit breaker to let an attempt through. It returns the
-// probe's number when the attempt is the half-open probe (0 otherwise), or,
-// when the circuit refuses, why. A closed circuit admits every attempt, so
-// neither the breaker's lock nor the gate's is taken while the listeners say
-// it is closed: an attempt racing the circuit's opening goes through, as it
-// would have a moment earlier.
-func (s *hostState) admit() (probe uint64, refused error) {
-	if s.circuit.Load() == int32(CircuitClosed) {
+// Admit asks the circuit to let an attempt through. It returns the probe's
+// number when the attempt is the half-open probe (0 otherwise), or, when
+// the circuit refuses, why: the reason it opened, or that its probe is in
+// flight. A closed circuit admits every attempt, so neither the breaker's
+// lock nor the gate's is taken while the listeners say it is closed: an
+// attempt racing the circuit's opening goes through, as it would have a
+// moment earlier.
+func (c *Circuit) Admit() (probe uint64, refused error) {
+	if c.Closed() {
 		return 0, nil
 	}
-	g := &s.probe
+	g := &c.probe
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	p := s.policies.Load() // under g.mu: an Update replaces the breaker under it too
-	b := p.breaker
+	cur := c.cur.Load() // under g.mu: Reconfigure replaces the breaker under it too
+	b := cur.b
 	if b == nil {
 		return 0, nil
 	}
-	if t := s.breakUntil.Load(); t != nil && !time.Now().Before(*t) && b.State() == circuitbreaker.OpenState {
-		b.HalfOpen() // the break an Update carried is over
+	if t := c.breakUntil.Load(); t != nil && !time.Now().Before(*t) && b.State() == circuitbreaker.OpenState {
+		b.HalfOpen() // the break a Reconfigure carried is over
 	}
 	if b.TryAcquirePermit() {
 		if b.State() != circuitbreaker.HalfOpenState {
@@ -69,21 +70,21 @@ func (s *hostState) admit() (probe uint64, refused error) {
 		return g.startLocked(), nil
 	}
 	if b.State() != circuitbreaker.HalfOpenState {
-		if reason := s.failures.lastReason(); reason != nil {
+		if reason := c.failures.lastReason(); reason != nil {
 			return 0, reason
 		}
 		return 0, errOpen
 	}
-	running, every := time.Since(g.since), p.cb.breakDuration
+	running, every := time.Since(g.since), cur.opts.BreakDuration
 	if running < every {
-		return 0, &probingError{running: running, next: every - running, reason: s.failures.lastReason()}
+		return 0, &probingError{running: running, next: every - running, reason: c.failures.lastReason()}
 	}
 	// The probe in flight has had a whole BreakDuration: let another through.
-	s.rearmLocked(b)
+	c.rearmLocked(b)
 	if b.TryAcquirePermit() && b.State() == circuitbreaker.HalfOpenState {
 		return g.startLocked(), nil
 	}
-	return 0, &probingError{reason: s.failures.lastReason()}
+	return 0, &probingError{reason: c.failures.lastReason()}
 }
 
 // startLocked numbers a new probe. g.mu must be held.
@@ -93,54 +94,57 @@ func (g *probeGate) startLocked() uint64 {
 	return g.n
 }
 
-// rearmLocked takes the breaker b, s's current one, out of half-open and
+// rearmLocked takes the breaker b, c's current one, out of half-open and
 // back in, which gives it a fresh permit, without the events of a new
 // opening. The probe that held the old permit may still report; its
-// outcome then decides, as any attempt's does while half-open. g.mu must be
-// held.
-func (s *hostState) rearmLocked(b circuitbreaker.CircuitBreaker[any]) {
-	s.probe.quiet.Store(true)
-	defer s.probe.quiet.Store(false)
+// outcome then decides, as any attempt's does while half-open. c.probe.mu
+// must be held.
+func (c *Circuit) rearmLocked(b circuitbreaker.CircuitBreaker[any]) {
+	c.probe.quiet.Store(true)
+	defer c.probe.quiet.Store(false)
 	b.Open()
 	b.HalfOpen()
 }
 
-// releaseProbe gives back the permit of probe n, whose outcome says nothing
-// about the upstream, so that the next call is the probe at once.
-func (s *hostState) releaseProbe(n uint64) {
+// ReleaseProbe gives back the permit of probe n (0: none), whose outcome
+// says nothing about the upstream, so that the next attempt is the probe
+// at once.
+func (c *Circuit) ReleaseProbe(n uint64) {
 	if n == 0 {
 		return
 	}
-	g := &s.probe
+	g := &c.probe
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if b := s.breaker(); b != nil && n == g.n && b.State() == circuitbreaker.HalfOpenState {
-		s.rearmLocked(b)
+	if b := c.cur.Load().b; b != nil && n == g.n && b.State() == circuitbreaker.HalfOpenState {
+		c.rearmLocked(b)
 	}
 }
 
-// abandonProbe counts probe n, which the caller gave up on or the total
-// timeout cut short, as a failure: the upstream did not answer in the time
-// there was, and the circuit must not wait on a permit that will never come
-// back. A probe whose permit has been superseded counts for nothing.
-func (s *hostState) abandonProbe(n uint64, err error) {
+// AbandonProbe counts probe n (0: none), which the caller gave up on or a
+// deadline cut short, as a failure described by what: the upstream did
+// not answer in the time there was, and the circuit must not wait on a
+// permit that will never come back. A probe whose permit has been
+// superseded counts for nothing.
+func (c *Circuit) AbandonProbe(n uint64, what string) {
 	if n == 0 {
 		return
 	}
-	g := &s.probe
+	g := &c.probe
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if b := s.breaker(); b != nil && n == g.n && b.State() == circuitbreaker.HalfOpenState {
-		s.failures.record(nil, fmt.Errorf("half-open probe abandoned: %w", err))
+	if b := c.cur.Load().b; b != nil && n == g.n && b.State() == circuitbreaker.HalfOpenState {
+		c.failures.record(what)
 		b.RecordFailure()
 	}
 }
 
-// errOpen is why an open circuit refuses a call when no failure explains it.
+// errOpen is why an open circuit refuses an attempt when no failure
+// explains it.
 var errOpen = errors.New("open")
 
-// probingError is why a half-open circuit refuses a call: its probe is in
-// flight.
+// probingError is why a half-open circuit refuses an attempt: its probe is
+// in flight.
 type probingError struct {
 	running, next time.Duration // how long the probe has run; when another may go
 	reason        error         // why the circuit opened, if known
