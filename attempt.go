@@ -69,7 +69,10 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 		return nil, c.errorf(nil, err, ""), true
 	}
 
-	ctx, cancel := context.WithCancelCause(c.req.Context())
+	ctx, cancel := c.req.Context(), context.CancelCauseFunc(nil)
+	if c.cancelable() {
+		ctx, cancel = context.WithCancelCause(ctx)
+	}
 	r, sent := c.attemptRequest(ctx, body, getBody)
 	if ep != nil {
 		ep.retarget(r)
@@ -119,9 +122,22 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 	return resp, err, false
 }
 
+// cancelable reports whether the call's attempts need a context of their
+// own, which its timer cancels: for a deadline, or to bound the draining
+// of a response that is retried. A call with neither sends its attempt on
+// the caller's context, and saves the context's two allocations.
+func (c sending) cancelable() bool {
+	return c.attemptLimit > 0 || !c.totalAt.IsZero() || c.repeatable
+}
+
 // attemptRequest returns the request of one attempt, a shallow copy of the
 // caller's on ctx carrying body, and the httpbody.Sent that tracks it, if any.
+// When the copy would be the caller's request field for field, and no
+// endpoint will retarget it, it is the caller's request.
 func (c sending) attemptRequest(ctx context.Context, body io.ReadCloser, getBody func() (io.ReadCloser, error)) (*http.Request, *httpbody.Sent) {
+	if ctx == c.req.Context() && body == nil && getBody == nil && c.req.Body == nil && c.req.GetBody == nil && c.cfg.route == nil {
+		return c.req, nil // nothing of the caller's request would change (cancelable): send it as it is
+	}
 	r := c.req.WithContext(ctx)
 	if body == nil || body == http.NoBody {
 		r.Body, r.GetBody = body, getBody
