@@ -70,7 +70,7 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 	}
 
 	ctx, cancel := context.WithCancelCause(c.req.Context())
-	r, sent := c.attemptRequest(ctx, body, getBody)
+	r, sent := c.attemptRequest(ctx, c.attempts+1, waited, ep, body, getBody)
 	if ep != nil {
 		ep.retarget(r)
 	}
@@ -119,10 +119,12 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 	return resp, err, false
 }
 
-// attemptRequest returns the request of one attempt, a shallow copy of the
-// caller's on ctx carrying body, and the httpbody.Sent that tracks it, if any.
-func (c sending) attemptRequest(ctx context.Context, body io.ReadCloser, getBody func() (io.ReadCloser, error)) (*http.Request, *httpbody.Sent) {
-	r := c.req.WithContext(ctx)
+// attemptRequest returns the request of attempt n, sent after waiting
+// delay (to ep, if routed): a shallow copy of the caller's on ctx, under
+// which AttemptFromContext finds the attempt, carrying body; and the
+// httpbody.Sent that tracks it, if any.
+func (c sending) attemptRequest(ctx context.Context, n int, delay time.Duration, ep *endpoint, body io.ReadCloser, getBody func() (io.ReadCloser, error)) (*http.Request, *httpbody.Sent) {
+	r := c.req.WithContext(&attemptContext{Context: ctx, c: c.call, n: n, delay: delay, ep: ep})
 	if body == nil || body == http.NoBody {
 		r.Body, r.GetBody = body, getBody
 		return r, nil
