@@ -106,8 +106,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/resilienthttp/resilience"
@@ -126,9 +129,13 @@ var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
 // It is safe for concurrent use. Make one per MeterProvider and share it
 // among handlers: each handler's events carry its name.
 type Metrics struct {
-	hosts         bool         // record the host attributes
-	tracer        trace.Tracer // nil without WithTracerProvider
-	attemptEvents bool         // attempts as span events, not spans
+	hosts         bool                          // record the host attributes
+	tracer        trace.Tracer                  // nil without WithTracerProvider
+	propagators   propagation.TextMapPropagator // put an attempt span into its headers
+	attemptEvents bool                          // AttemptTransport makes no spans; attempts are span events
+
+	spannedMu sync.Mutex
+	spanned   atomic.Pointer[map[string]bool] // the handlers AttemptTransport has sent attempts of
 
 	events   metric.Int64Counter
 	attempts metric.Float64Histogram
@@ -152,6 +159,7 @@ type Option interface{ apply(*config) }
 type config struct {
 	hosts         bool
 	tp            trace.TracerProvider
+	propagators   propagation.TextMapPropagator
 	attemptEvents bool
 }
 
@@ -183,9 +191,12 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 		}
 	}
 	meter := mp.Meter(ScopeName)
-	m := &Metrics{hosts: cfg.hosts, attemptEvents: cfg.attemptEvents}
+	m := &Metrics{hosts: cfg.hosts, attemptEvents: cfg.attemptEvents, propagators: cfg.propagators}
 	if cfg.tp != nil {
 		m.tracer = cfg.tp.Tracer(ScopeName)
+	}
+	if m.propagators == nil {
+		m.propagators = otel.GetTextMapPropagator()
 	}
 	var errs [5]error
 	m.events, errs[0] = meter.Int64Counter("resilience.events",
