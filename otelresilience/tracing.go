@@ -154,7 +154,7 @@ func (t *attemptTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	m.propagators.Inject(ctx, propagation.HeaderCarrier(r.Header))
 
 	resp, err := t.base.RoundTrip(r)
-	endAttempt(span, ctx, resp, err)
+	endAttempt(ctx, span, resp, err)
 	return resp, err
 }
 
@@ -183,7 +183,13 @@ func attemptAttrs(kv []attribute.KeyValue, a *resilience.Event) []attribute.KeyV
 // err: the status code, or error.type and the Error status as the HTTP
 // client conventions say (the status code for one of 400 and over, or one
 // that is not a status).
-func endAttempt(span trace.Span, ctx context.Context, resp *http.Response, err error) {
+func endAttempt(ctx context.Context, span trace.Span, resp *http.Response, err error) {
+	defer span.End()
+	if err == nil && resp == nil { // a base breaking the RoundTripper contract
+		span.SetAttributes(keyErrType.String(errOther))
+		span.SetStatus(codes.Error, "nil response and nil error")
+		return
+	}
 	if err != nil {
 		et := ""
 		if ctx.Err() != nil {
@@ -199,7 +205,6 @@ func endAttempt(span trace.Span, ctx context.Context, resp *http.Response, err e
 		}
 		span.SetAttributes(keyErrType.String(et), keyOutcome.String(outcome(setKey{errType: et}, false)))
 		span.SetStatus(codes.Error, err.Error())
-		span.End()
 		return
 	}
 	code := resp.StatusCode
@@ -212,7 +217,6 @@ func endAttempt(span trace.Span, ctx context.Context, resp *http.Response, err e
 		span.SetAttributes(keyErrType.String(strconv.Itoa(code)))
 		span.SetStatus(codes.Error, "")
 	}
-	span.End()
 }
 
 // methodOther is http.request.method for a method the conventions do not
