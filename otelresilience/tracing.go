@@ -18,29 +18,14 @@ import (
 	"github.com/resilienthttp/resilience"
 )
 
-// Tracing. With WithTracerProvider, every attempt a handler sends through
-// the RoundTripper AttemptTransport returns is a client span, as
-// OpenTelemetry's HTTP client conventions describe one: started before the
-// attempt is sent, a child of the span in the request's context, and put
-// into the attempt's headers with the configured propagators, so that the
-// upstream's server span is its child. It ends with the attempt's response
-// headers or its error. Attempts that are never sent (the circuit rejected
-// them, the overload limiter shed them) have no span. What the handler
-// decided around the attempts is an event on the caller's span:
-// "resilience.retry" (and why: the status or error type that was retried,
-// and the wait), "resilience.budget_exceeded" (a retry the budget refused,
-// and why), "resilience.circuit_rejected", "resilience.overload_shed",
-// "resilience.hedge", and "resilience.call" at the end (how many attempts,
-// and the outcome).
-//
-// A client span per attempt, rather than per call: the usual set-up wraps
-// the resilience transport in otelhttp.NewTransport, whose one client span
-// then covers the whole call, retries and waits included; each attempt is
-// a request of its own on the wire, with a server span of its own. When
-// otelhttp sits inside instead, as the RoundTripper AttemptTransport wraps,
-// every attempt already has its client span: WithAttemptSpans(false) keeps
-// AttemptTransport from making a second one, and it adds the resend count
-// and the resilience attributes to otelhttp's span instead.
+// Tracing: the package doc says what is recorded. A client span per
+// attempt, rather than per call: the usual set-up wraps the resilience
+// transport in otelhttp.NewTransport, whose one client span then covers the
+// whole call, retries and waits included, while each attempt is a request
+// of its own on the wire, with a server span of its own that must have a
+// parent on the client's side. Only a RoundTripper under the handler sees
+// an attempt before it is sent, and resilience.AttemptFromContext tells it
+// which attempt it is.
 
 // Attribute keys of tracing.
 const (
