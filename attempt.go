@@ -73,7 +73,7 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 	if c.cancelable() {
 		ctx, cancel = context.WithCancelCause(ctx)
 	}
-	r, sent := c.attemptRequest(ctx, body, getBody)
+	r, sent := c.attemptRequest(ctx, c.attempts+1, waited, ep, body, getBody)
 	if ep != nil {
 		ep.retarget(r)
 	}
@@ -130,13 +130,18 @@ func (c sending) cancelable() bool {
 	return c.attemptLimit > 0 || !c.totalAt.IsZero() || c.repeatable
 }
 
-// attemptRequest returns the request of one attempt, a shallow copy of the
-// caller's on ctx carrying body, and the httpbody.Sent that tracks it, if any.
-// When the copy would be the caller's request field for field, and no
-// endpoint will retarget it, it is the caller's request.
-func (c sending) attemptRequest(ctx context.Context, body io.ReadCloser, getBody func() (io.ReadCloser, error)) (*http.Request, *httpbody.Sent) {
-	if ctx == c.req.Context() && body == nil && getBody == nil && c.req.Body == nil && c.req.GetBody == nil && c.cfg.route == nil {
-		return c.req, nil // nothing of the caller's request would change (cancelable): send it as it is
+// attemptRequest returns the request of attempt n, sent after waiting
+// delay (to ep, if routed): a shallow copy of the caller's on ctx carrying
+// body, and the httpbody.Sent that tracks it, if any. For a handler with
+// observers (OnEvent or Logger), AttemptFromContext finds the attempt under
+// the copy's context; one without pays nothing for that. When the copy
+// would be the caller's request field for field, and no endpoint will
+// retarget it, it is the caller's request.
+func (c sending) attemptRequest(ctx context.Context, n int, delay time.Duration, ep *endpoint, body io.ReadCloser, getBody func() (io.ReadCloser, error)) (*http.Request, *httpbody.Sent) {
+	if c.cfg.observed() {
+		ctx = &attemptContext{Context: ctx, c: c.call, n: n, delay: delay, ep: ep}
+	} else if ctx == c.req.Context() && body == nil && getBody == nil && c.req.Body == nil && c.req.GetBody == nil && ep == nil {
+		return c.req, nil // nothing of the caller's request would change: send it as it is
 	}
 	r := c.req.WithContext(ctx)
 	if body == nil || body == http.NoBody {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"reflect"
 	"strings"
 	"time"
 )
@@ -133,3 +135,75 @@ func (e *callError) Timeout() bool {
 
 // Temporary is kept for net.Error; it reports the same as Timeout.
 func (e *callError) Temporary() bool { return e.Timeout() }
+
+// ErrorType names the failure's class, for OpenTelemetry's error.type: it
+// is what otelhttp records on the span it makes around a Transport, which
+// would otherwise name the Go type, "*resilience.callError", for every
+// failure. The names are those otelresilience records on an attempt's
+// span: "circuit_open", "rate_limited", "overloaded", "total_timeout",
+// "attempt_timeout", "canceled" (the caller left), "deadline_exceeded"
+// (the caller's deadline), the cause's own ErrorType if it has one,
+// "timeout" (any other error that says it is one), and otherwise the
+// cause's type, as package path and name without a pointer's "*", such as
+// "net.OpError".
+func (e *callError) ErrorType() string {
+	switch {
+	case errors.Is(e, ErrCircuitOpen):
+		return "circuit_open"
+	case errors.Is(e, ErrRateLimited):
+		return "rate_limited"
+	case errors.Is(e, ErrOverloaded):
+		return "overloaded"
+	case errors.Is(e, ErrTotalTimeout):
+		return "total_timeout"
+	case errors.Is(e, ErrAttemptTimeout):
+		return "attempt_timeout"
+	case errors.Is(e, context.Canceled), errors.Is(e, errRequestCanceled):
+		return "canceled"
+	case errors.Is(e, context.DeadlineExceeded):
+		return "deadline_exceeded"
+	case e.cause == nil:
+		return "_OTHER"
+	}
+	var et interface{ ErrorType() string }
+	if errors.As(e.cause, &et) {
+		if s := et.ErrorType(); s != "" {
+			return s
+		}
+	}
+	if e.Timeout() {
+		return "timeout"
+	}
+	return typeName(e.cause)
+}
+
+// fmtWrapError is the type of fmt.Errorf's error with one %w: a wrapper that
+// says nothing of the failure's class.
+var fmtWrapError = reflect.TypeOf(fmt.Errorf("%w", errors.New("")))
+
+// typeName is the name of err's type, under the wrappers that name no
+// class (*url.Error, fmt.Errorf's): package path and name, without a
+// pointer's "*", as otelhttp names a type for error.type.
+func typeName(err error) string {
+	for {
+		if ue, ok := err.(*url.Error); ok && ue.Err != nil {
+			err = ue.Err
+			continue
+		}
+		if reflect.TypeOf(err) == fmtWrapError {
+			if u := errors.Unwrap(err); u != nil {
+				err = u
+				continue
+			}
+		}
+		break
+	}
+	t := reflect.TypeOf(err)
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.PkgPath() == "" || t.Name() == "" {
+		return t.String()
+	}
+	return t.PkgPath() + "." + t.Name()
+}

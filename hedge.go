@@ -320,7 +320,7 @@ func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFun
 		deadline = time.AfterFunc(d, func() { cancel(ErrAttemptTimeout) })
 	}
 	start := time.Now()
-	r, sent := sending(c).attemptRequest(ctx, body, getBody)
+	r, sent := sending(c).attemptRequest(ctx, n, delay, t.ep, body, getBody)
 	if t.ep != nil {
 		t.ep.retarget(r)
 	}

@@ -258,6 +258,18 @@ func circuitReason(err error) string {
 
 // errorType returns the bounded name of err described in the package doc.
 func errorType(err error) string {
+	if s := knownErrorType(err); s != "" {
+		return s
+	}
+	if timeout(err) {
+		return errTimeout
+	}
+	return reflect.TypeOf(cause(err)).String()
+}
+
+// knownErrorType returns the name of err's class when it is one of the
+// handler's errors or the context's, and "" otherwise.
+func knownErrorType(err error) string {
 	switch {
 	case errors.Is(err, resilience.ErrCircuitOpen):
 		return errCircuitOpen
@@ -276,10 +288,7 @@ func errorType(err error) string {
 	case errors.Is(err, context.DeadlineExceeded):
 		return errDeadlineExceeded
 	}
-	if timeout(err) {
-		return errTimeout
-	}
-	return reflect.TypeOf(cause(err)).String()
+	return ""
 }
 
 // timeout reports whether an error in err's tree has a Timeout method that

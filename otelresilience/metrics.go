@@ -1,15 +1,17 @@
 // Package otelresilience records the events of resilience handlers as
 // OpenTelemetry metrics, on a MeterProvider the caller supplies, and, with
-// WithTracerProvider, each attempt of a call as a span on the caller's trace
-// (see tracing.go's doc for the spans and events, and why spans).
+// WithTracerProvider, traces their calls: a client span per attempt sent,
+// made by the RoundTripper AttemptTransport returns, and the handler's
+// decisions as events on the caller's span (see Tracing below).
 //
 // Wire it in once per process and once per handler:
 //
-//	m, err := otelresilience.New(provider)
+//	m, err := otelresilience.New(provider, otelresilience.WithTracerProvider(tp))
 //	...
 //	h, err := resilience.NewHandler(m.Instrument(opts))
 //	...
 //	err = m.Observe(h)
+//	client := &http.Client{Transport: h.Transport(m.AttemptTransport(base))}
 //
 // The root package resilience does not depend on OpenTelemetry: only
 // programs that import this package do.
@@ -93,6 +95,79 @@
 //     authority has none) and url.scheme. WithHostAttributes(false) leaves
 //     them out for a handler that calls very many hosts.
 //
+// # Tracing
+//
+// With WithTracerProvider, every attempt a handler sends through
+// AttemptTransport is a span of kind client, by OpenTelemetry's stable
+// HTTP client conventions:
+//
+//   - It starts just before the attempt is sent, as a child of the span in
+//     the request's context, and its context goes into the attempt's
+//     headers with the propagators (WithPropagators; the global ones by
+//     default), so that the upstream's server span is its child. It ends
+//     when the attempt's response headers arrive, or when it fails: the
+//     body is the caller's to read, as for resilience.attempt.duration.
+//     Attempts that are sent concurrently, as hedges are, each have their
+//     own span.
+//   - Its name is the method ("GET"; "HTTP" for a method the conventions do
+//     not know).
+//   - Attributes: http.request.method (and http.request.method_original
+//     when the method was written otherwise), server.address, server.port
+//     (the scheme's default when the URL has none), url.full (without
+//     userinfo, as otelhttp writes it, and with the values of the query
+//     parameters the conventions name as secrets, such as sig and
+//     X-Amz-Signature, replaced by REDACTED), http.response.status_code,
+//     http.request.resend_count on every attempt after the first (its
+//     number less one: retries and hedges alike; a redirect is a new call,
+//     whose attempts count from 1 again), error.type, and the resilience
+//     attributes: resilience.handler, resilience.attempt,
+//     resilience.delay (the seconds waited before it), resilience.endpoint
+//     (for an attempt routed by Hedging.Endpoints) and resilience.outcome.
+//   - error.type and the span's status, as the conventions say: for a
+//     response of status 400 and over, the status code ("503") and status
+//     Error; for an attempt that failed without a response, the error's
+//     class and status Error with its message. The classes:
+//     "attempt_timeout" and "total_timeout" (the handler's deadlines cut
+//     it), "canceled" (the caller left, or another hedged attempt won),
+//     "deadline_exceeded" (the caller's deadline), an error's own
+//     ErrorType method's answer, "timeout" (any other error whose Timeout
+//     method reports true), and otherwise the cause's Go type as package
+//     path and name, without the pointer's "*" and under net/http's and
+//     fmt.Errorf's wrappers, such as "net.OpError"; "_OTHER" if there is
+//     none. (The metrics' error.type keeps the Go type as Go prints it,
+//     "*net.OpError", as it always has.)
+//
+// An attempt that is never sent (the circuit rejected it, the overload
+// limiter shed it) has no span. What the handler decided around the
+// attempts is an event on the caller's span: "resilience.retry" (with
+// resilience.reason, the status or error type that was retried, and the
+// wait), "resilience.budget_exceeded", "resilience.circuit_rejected",
+// "resilience.overload_shed", "resilience.hedge", "resilience.hedge_capped",
+// and "resilience.call" at the end (how many attempts, and the outcome). A
+// call made without a span in its request's context is not traced, and
+// nothing goes into its attempts' headers.
+//
+// With otelhttp:
+//
+//   - Outside, around the resilience transport, as
+//     otelhttp.NewTransport(h.Transport(m.AttemptTransport(base))): its
+//     client span covers the whole call, retries and waits included, and
+//     each attempt's span is its child. The error a resilience Transport
+//     returns names its class with an ErrorType method, which otelhttp
+//     records as error.type on that span: "circuit_open", "rate_limited",
+//     "overloaded", "total_timeout", "attempt_timeout", and for a cause the
+//     names above. (otelhttp's http.client.request.duration metric names
+//     the Go type of the error, without looking for the method.)
+//   - Inside, as the base, as
+//     h.Transport(otelhttp.NewTransport(m.AttemptTransport(base))): otelhttp
+//     already makes a client span per attempt. With WithAttemptSpans(false)
+//     AttemptTransport makes none, and adds http.request.resend_count and
+//     the resilience attributes to otelhttp's span instead; the attempts
+//     are also "resilience.attempt" events on the caller's span.
+//
+// A handler whose base AttemptTransport does not wrap has no attempt
+// spans: its attempts are "resilience.attempt" events on the caller's span.
+//
 // # Cost
 //
 // OnEvent runs synchronously on the caller's goroutine. The attribute sets
@@ -106,8 +181,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/resilienthttp/resilience"
@@ -126,9 +204,13 @@ var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
 // It is safe for concurrent use. Make one per MeterProvider and share it
 // among handlers: each handler's events carry its name.
 type Metrics struct {
-	hosts         bool         // record the host attributes
-	tracer        trace.Tracer // nil without WithTracerProvider
-	attemptEvents bool         // attempts as span events, not spans
+	hosts         bool                          // record the host attributes
+	tracer        trace.Tracer                  // nil without WithTracerProvider
+	propagators   propagation.TextMapPropagator // put an attempt span into its headers
+	attemptEvents bool                          // AttemptTransport makes no spans; attempts are span events
+
+	spannedMu sync.Mutex
+	spanned   atomic.Pointer[map[string]bool] // the handlers AttemptTransport has sent attempts of
 
 	events   metric.Int64Counter
 	attempts metric.Float64Histogram
@@ -152,6 +234,7 @@ type Option interface{ apply(*config) }
 type config struct {
 	hosts         bool
 	tp            trace.TracerProvider
+	propagators   propagation.TextMapPropagator
 	attemptEvents bool
 }
 
@@ -183,9 +266,12 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 		}
 	}
 	meter := mp.Meter(ScopeName)
-	m := &Metrics{hosts: cfg.hosts, attemptEvents: cfg.attemptEvents}
+	m := &Metrics{hosts: cfg.hosts, attemptEvents: cfg.attemptEvents, propagators: cfg.propagators}
 	if cfg.tp != nil {
 		m.tracer = cfg.tp.Tracer(ScopeName)
+	}
+	if m.propagators == nil {
+		m.propagators = otel.GetTextMapPropagator()
 	}
 	var errs [5]error
 	m.events, errs[0] = meter.Int64Counter("resilience.events",
