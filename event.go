@@ -34,6 +34,8 @@ const (
 	EventOverloadShed                             // the overload limiter refused a call, or shed a retry or hedge (Err is its *OverloadError)
 	EventOverloaded                               // the overload limiter began refusing calls to Host (once per change)
 	EventOverloadEnded                            // the overload limiter has refused nothing for a second
+	EventBudgetExhausted                          // the retry budget began refusing retries (once per change; Err says why)
+	EventBudgetRecovered                          // the retry budget has half its tokens unclaimed again
 )
 
 var eventKindNames = [...]string{
@@ -56,6 +58,8 @@ var eventKindNames = [...]string{
 	EventOverloadShed:        "overload_shed",
 	EventOverloaded:          "overloaded",
 	EventOverloadEnded:       "overload_ended",
+	EventBudgetExhausted:     "budget_exhausted",
+	EventBudgetRecovered:     "budget_recovered",
 }
 
 func (k EventKind) String() string {
@@ -128,9 +132,9 @@ func (e Event) URL() string {
 // Options.LogLevels says otherwise.
 func (k EventKind) defaultLevel() slog.Level {
 	switch k {
-	case EventRetry, EventBudgetExceeded, EventFallback, EventSharedRateFallback, EventOverloaded:
+	case EventRetry, EventBudgetExceeded, EventFallback, EventSharedRateFallback, EventOverloaded, EventBudgetExhausted:
 		return slog.LevelWarn
-	case EventCircuitClosed, EventCircuitHalfOpened, EventHedge, EventHedgeCapped, EventSharedRateRecovered, EventOverloadEnded:
+	case EventCircuitClosed, EventCircuitHalfOpened, EventHedge, EventHedgeCapped, EventSharedRateRecovered, EventOverloadEnded, EventBudgetRecovered:
 		return slog.LevelInfo
 	case EventAttempt, EventCall, EventOverloadShed:
 		return slog.LevelDebug

@@ -118,6 +118,8 @@ func TestEventKindString(t *testing.T) {
 		EventCircuitClosed:     "circuit_closed",
 		EventCircuitRejected:   "circuit_rejected",
 		EventRateLimited:       "rate_limited",
+		EventBudgetExhausted:   "budget_exhausted",
+		EventBudgetRecovered:   "budget_recovered",
 		EventKind(0):           "unknown",
 		EventKind(99):          "unknown",
 	}
@@ -405,13 +407,14 @@ func TestEventsLogLevelsOverride(t *testing.T) {
 }
 
 func TestEventKindText(t *testing.T) {
-	for k := EventRetry; k <= EventCall; k++ {
+	for k := EventRetry; k <= EventBudgetRecovered; k++ {
 		b, err := k.MarshalText()
 		require.NoError(t, err)
 		var back EventKind
 		require.NoError(t, back.UnmarshalText(b))
 		assert.Equal(t, k, back)
 	}
+	assert.Equal(t, "unknown", (EventBudgetRecovered + 1).String(), "the last kind is the last named")
 	var k EventKind
 	assert.Error(t, k.UnmarshalText([]byte("retries")))
 	_, err := EventKind(0).MarshalText()
