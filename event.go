@@ -165,6 +165,10 @@ func (cfg *config) emit(e Event) {
 func (cfg *config) log(e Event) {
 	lvl, ok := cfg.LogLevels[e.Kind]
 	if !ok {
+		if e.Kind.summarised() {
+			cfg.logs.count(e.Kind)
+			return
+		}
 		lvl = e.Kind.defaultLevel()
 	}
 	l := cfg.Logger

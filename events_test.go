@@ -258,6 +258,7 @@ func TestEventsLoggedAtLevels(t *testing.T) {
 		Logger:         logger,
 	})
 	require.NoError(t, err)
+	timer := manualSummaryTimer(h)
 	tr := h.Transport(&http.Transport{})
 	defer tr.CloseIdleConnections()
 
@@ -266,21 +267,20 @@ func TestEventsLoggedAtLevels(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, status)
 	h.CloseCircuit()
 	assert.Equal(t, CircuitClosed, h.CircuitState())
+	timer.fire() // the retry's count
 
 	got := lines()
 	require.Len(t, got, 3, "%q", got)
-	assert.Contains(t, got[0], "level=WARN")
-	assert.Contains(t, got[0], "event=retry")
+	assert.Contains(t, got[0], "level=ERROR")
+	assert.Contains(t, got[0], "event=circuit_opened")
 	assert.Contains(t, got[0], "handler=logged")
-	assert.Contains(t, got[0], "method=GET")
-	assert.Contains(t, got[0], "attempt=1")
-	assert.Contains(t, got[0], "status=503")
-	assert.Contains(t, got[0], "delay=1ms")
-	assert.Contains(t, got[1], "level=ERROR")
-	assert.Contains(t, got[1], "event=circuit_opened")
-	assert.Contains(t, got[1], "2 of 2 attempts failed")
-	assert.Contains(t, got[2], "level=INFO")
-	assert.Contains(t, got[2], "event=circuit_closed")
+	assert.Contains(t, got[0], "2 of 2 attempts failed")
+	assert.Contains(t, got[1], "level=INFO")
+	assert.Contains(t, got[1], "event=circuit_closed")
+	assert.Contains(t, got[2], "level=WARN")
+	assert.Contains(t, got[2], "event=retry")
+	assert.Contains(t, got[2], "handler=logged")
+	assert.Contains(t, got[2], "count=1 interval=10s")
 	for _, l := range got {
 		assert.Contains(t, l, `msg="resilience: `)
 	}
@@ -437,7 +437,7 @@ func TestEventsCarryTheRequestContext(t *testing.T) {
 	h, err := NewHandler(Options{
 		Retry:     quickRetry(),
 		Logger:    slog.New(handler),
-		LogLevels: map[EventKind]slog.Level{EventAttempt: slog.LevelInfo},
+		LogLevels: map[EventKind]slog.Level{EventAttempt: slog.LevelInfo, EventRetry: slog.LevelWarn}, // each logged
 		OnEvent: func(e Event) {
 			mu.Lock()
 			events = append(events, e)

@@ -1,12 +1,16 @@
 package resilience
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -76,4 +80,316 @@ func TestConfigLogLevelsNameEveryKind(t *testing.T) {
 		require.NoError(t, err, "%v", k)
 		assert.Equal(t, map[EventKind]slog.Level{k: slog.LevelInfo}, cfg.Upstreams["a"].LogLevels)
 	}
+}
+
+// summaryTimer stands in for the timer of a handler's log summary: the
+// flushes armed wait until fire runs them.
+type summaryTimer struct {
+	mu      sync.Mutex
+	pending []func()
+	armed   int
+}
+
+// manualSummaryTimer makes t the timer of h's current log summary. It must
+// be called before h emits anything.
+func manualSummaryTimer(h *Handler) *summaryTimer {
+	t := &summaryTimer{}
+	h.cfg.Load().logs.after = func(_ time.Duration, f func()) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.pending = append(t.pending, f)
+		t.armed++
+	}
+	return t
+}
+
+// fire runs the flushes armed so far.
+func (t *summaryTimer) fire() {
+	t.mu.Lock()
+	fs := t.pending
+	t.pending = nil
+	t.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}
+
+func (t *summaryTimer) timesArmed() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.armed
+}
+
+// logRecord is a record a recordLog handled.
+type logRecord struct {
+	level slog.Level
+	msg   string
+	attrs map[string]string
+}
+
+// recordLog is a slog.Handler, at Info unless debug, that keeps every
+// record it handles and, when sent is not nil, sends it there too.
+type recordLog struct {
+	debug bool
+	sent  chan logRecord
+	mu    sync.Mutex
+	got   []logRecord
+}
+
+func (l *recordLog) Enabled(_ context.Context, lvl slog.Level) bool {
+	return l.debug || lvl >= slog.LevelInfo
+}
+
+func (l *recordLog) Handle(_ context.Context, r slog.Record) error {
+	rec := logRecord{level: r.Level, msg: r.Message, attrs: map[string]string{}}
+	r.Attrs(func(a slog.Attr) bool {
+		rec.attrs[a.Key] = a.Value.String()
+		return true
+	})
+	l.mu.Lock()
+	l.got = append(l.got, rec)
+	l.mu.Unlock()
+	if l.sent != nil {
+		l.sent <- rec
+	}
+	return nil
+}
+
+func (l *recordLog) WithAttrs([]slog.Attr) slog.Handler { panic("not used") }
+func (l *recordLog) WithGroup(string) slog.Handler      { panic("not used") }
+
+func (l *recordLog) records() []logRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]logRecord(nil), l.got...)
+}
+
+// of returns the records of events of kind k.
+func (l *recordLog) of(k EventKind) []logRecord {
+	var rs []logRecord
+	for _, r := range l.records() {
+		if r.attrs["event"] == k.String() {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+// counted adds up the counts of the summary records of kind k.
+func (l *recordLog) counted(t *testing.T, k EventKind) int {
+	t.Helper()
+	n := 0
+	for _, r := range l.of(k) {
+		c, err := strconv.Atoi(r.attrs["count"])
+		require.NoError(t, err, "a summary record has a count: %+v", r)
+		n += c
+	}
+	return n
+}
+
+// Issue 20: an open circuit under 1,000 rejected calls is one record of
+// its opening and a summary of the rejections, not 1,000 ERROR records;
+// OnEvent still hears of every one.
+func TestLogOpenCircuitSummarisesRejections(t *testing.T) {
+	up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	logs := &recordLog{}
+	rec := &evRecorder{}
+	h, err := NewHandler(Options{
+		Name:           "pricing",
+		Retry:          RetryOptions{Disabled: true},
+		CircuitBreaker: CircuitBreakerOptions{FailureRatio: 1, MinimumThroughput: 2, BreakDuration: time.Hour},
+		Logger:         slog.New(logs),
+		OnEvent:        rec.add,
+	})
+	require.NoError(t, err)
+	timer := manualSummaryTimer(h)
+	tr := h.Transport(&http.Transport{})
+	defer tr.CloseIdleConnections()
+
+	for range 2 {
+		status, err := evGet(t, tr, up.URL(), http.MethodGet)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusServiceUnavailable, status)
+	}
+	require.Equal(t, CircuitOpen, h.CircuitState())
+	for range 1000 {
+		_, err := evGet(t, tr, up.URL(), http.MethodGet)
+		require.ErrorIs(t, err, ErrCircuitOpen)
+	}
+	assert.Equal(t, 1000, rec.count(EventCircuitRejected), "OnEvent gets every rejection")
+	assert.Len(t, logs.records(), 1, "before the interval ends, only the opening is logged: %+v", logs.records())
+	assert.Equal(t, 1, timer.timesArmed(), "one flush is armed for the interval")
+	timer.fire()
+
+	opened := logs.of(EventCircuitOpened)
+	require.Len(t, opened, 1)
+	assert.Equal(t, slog.LevelError, opened[0].level)
+	assert.Equal(t, "resilience: circuit_opened", opened[0].msg)
+	assert.Contains(t, opened[0].attrs["error"], "2 of 2 attempts failed", "the opening says why")
+	rejected := logs.of(EventCircuitRejected)
+	require.Len(t, rejected, 1)
+	assert.Equal(t, slog.LevelError, rejected[0].level, "at the level the kind had")
+	assert.Equal(t, "resilience: circuit_rejected", rejected[0].msg)
+	assert.Equal(t, map[string]string{"handler": "pricing", "event": "circuit_rejected", "count": "1000", "interval": "10s"}, rejected[0].attrs)
+	assert.Equal(t, 1000, logs.counted(t, EventCircuitRejected))
+	assert.Len(t, logs.records(), 2, "%+v", logs.records())
+
+	// The next interval is armed by its first event, and counts afresh.
+	for range 3 {
+		_, err := evGet(t, tr, up.URL(), http.MethodGet)
+		require.ErrorIs(t, err, ErrCircuitOpen)
+	}
+	assert.Equal(t, 2, timer.timesArmed())
+	timer.fire()
+	assert.Equal(t, 1003, logs.counted(t, EventCircuitRejected))
+	timer.fire()
+	assert.Len(t, logs.records(), 3, "a flush with nothing counted logs nothing")
+}
+
+// The last interval's count is flushed by the handler's own timer, with no
+// event after it to trigger the flush; no goroutine is left (goleak).
+func TestLogSummaryFlushesTheLastInterval(t *testing.T) {
+	logs := &recordLog{sent: make(chan logRecord, 100)}
+	h, err := NewHandler(Options{Logger: slog.New(logs)})
+	require.NoError(t, err)
+	h.cfg.Load().logs.every = time.Millisecond // the real timer, soon
+	h.IsolateCircuit()
+	opened := <-logs.sent
+	assert.Equal(t, "circuit_opened", opened.attrs["event"])
+	tr := h.Transport(&http.Transport{})
+	for range 50 {
+		_, err := evGet(t, tr, "http://127.0.0.1:1/", http.MethodGet)
+		require.ErrorIs(t, err, ErrCircuitOpen)
+	}
+	// However the 50 fall into intervals, their counts arrive, the last
+	// with no call after it.
+	for n := 0; n < 50; {
+		r := <-logs.sent
+		require.Equal(t, "circuit_rejected", r.attrs["event"])
+		c, err := strconv.Atoi(r.attrs["count"])
+		require.NoError(t, err)
+		n += c
+		require.LessOrEqual(t, n, 50)
+	}
+}
+
+// Counts made from many goroutines while flushes run are all logged, once.
+func TestLogSummaryConcurrentCounts(t *testing.T) {
+	logs := &recordLog{}
+	h, err := NewHandler(Options{Logger: slog.New(logs)})
+	require.NoError(t, err)
+	timer := manualSummaryTimer(h)
+	cfg := h.cfg.Load()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for range 500 {
+				cfg.emit(Event{Kind: EventRetry})
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				timer.fire()
+			}
+		}()
+	}
+	wg.Wait()
+	timer.fire()
+	assert.Equal(t, 4000, logs.counted(t, EventRetry))
+	assert.LessOrEqual(t, len(logs.records()), timer.timesArmed())
+}
+
+// The escape hatch: a kind listed in LogLevels is logged one record per
+// event, at the level listed, with the call's details, and not summarised.
+func TestLogLevelsOptInLogsEachEvent(t *testing.T) {
+	logs := &recordLog{}
+	h, err := NewHandler(Options{
+		Logger:    slog.New(logs),
+		LogLevels: map[EventKind]slog.Level{EventCircuitRejected: slog.LevelWarn},
+	})
+	require.NoError(t, err)
+	timer := manualSummaryTimer(h)
+	h.IsolateCircuit()
+	tr := h.Transport(&http.Transport{})
+	for range 20 {
+		_, err := evGet(t, tr, "http://127.0.0.1:1/", http.MethodGet)
+		require.ErrorIs(t, err, ErrCircuitOpen)
+	}
+	rejected := logs.of(EventCircuitRejected)
+	require.Len(t, rejected, 20, "one record per rejection")
+	for _, r := range rejected {
+		assert.Equal(t, slog.LevelWarn, r.level)
+		assert.Equal(t, "GET", r.attrs["method"])
+		assert.Contains(t, r.attrs["error"], "isolated")
+		assert.NotContains(t, r.attrs, "count")
+	}
+	assert.Zero(t, timer.timesArmed(), "nothing to summarise")
+}
+
+// EventAttempt and EventCall stay one record each at Debug, logged only by
+// a logger that enables Debug.
+func TestLogAttemptsAndCallsAtDebug(t *testing.T) {
+	up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {})
+	for _, debug := range []bool{false, true} {
+		logs := &recordLog{debug: debug}
+		h, err := NewHandler(Options{Logger: slog.New(logs)})
+		require.NoError(t, err)
+		timer := manualSummaryTimer(h)
+		tr := h.Transport(&http.Transport{})
+		for range 3 {
+			_, err := evGet(t, tr, up.URL(), http.MethodGet)
+			require.NoError(t, err)
+		}
+		tr.CloseIdleConnections()
+		timer.fire()
+		if !debug {
+			assert.Empty(t, logs.records())
+			continue
+		}
+		assert.Len(t, logs.of(EventAttempt), 3)
+		assert.Len(t, logs.of(EventCall), 3)
+		for _, r := range logs.records() {
+			assert.Equal(t, slog.LevelDebug, r.level)
+			assert.NotEmpty(t, r.attrs["duration"])
+		}
+	}
+}
+
+// A summarised kind the logger would drop at its level is not counted, and
+// arms nothing.
+func TestLogSummarySkipsDisabledLevels(t *testing.T) {
+	logs := &recordLog{}
+	h, err := NewHandler(Options{Logger: slog.New(logs)})
+	require.NoError(t, err)
+	timer := manualSummaryTimer(h)
+	h.cfg.Load().emit(Event{Kind: EventOverloadShed}) // Debug
+	assert.Zero(t, timer.timesArmed())
+	h.cfg.Load().emit(Event{Kind: EventHedge}) // Info
+	assert.Equal(t, 1, timer.timesArmed())
+	timer.fire()
+	assert.Len(t, logs.records(), 1)
+	assert.Equal(t, slog.LevelInfo, logs.of(EventHedge)[0].level)
+}
+
+// Counts made under a Logger are logged to it, even after an Update gives
+// the handler another.
+func TestLogSummaryAcrossUpdate(t *testing.T) {
+	before, after := &recordLog{}, &recordLog{}
+	h, err := NewHandler(Options{Logger: slog.New(before)})
+	require.NoError(t, err)
+	t1 := manualSummaryTimer(h)
+	h.cfg.Load().emit(Event{Kind: EventRetry})
+	require.NoError(t, h.Update(Options{Logger: slog.New(after)}))
+	t2 := manualSummaryTimer(h)
+	h.cfg.Load().emit(Event{Kind: EventRetry})
+	h.cfg.Load().emit(Event{Kind: EventRetry})
+	t1.fire()
+	t2.fire()
+	assert.Equal(t, 1, before.counted(t, EventRetry))
+	assert.Equal(t, 2, after.counted(t, EventRetry))
 }

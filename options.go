@@ -512,7 +512,8 @@ type CircuitBreakerOptions struct {
 type config struct {
 	Options
 	methods methodSet
-	route   *router // Hedging.Endpoints resolved; nil without
+	route   *router     // Hedging.Endpoints resolved; nil without
+	logs    *logSummary // the counts of Logger's summarised kinds; nil without Logger
 }
 
 // optionError names the field a user got wrong.
@@ -754,5 +755,9 @@ func resolve(o Options) (*config, error) {
 	if o.MaxBufferedBody == 0 {
 		o.MaxBufferedBody = defaultMaxBufferedBody
 	}
-	return &config{Options: o, methods: methods, route: route}, nil
+	cfg := &config{Options: o, methods: methods, route: route}
+	if o.Logger != nil {
+		cfg.logs = newLogSummary(o.Logger, o.Name)
+	}
+	return cfg, nil
 }
