@@ -206,8 +206,14 @@ func (cfg *config) log(e Event) {
 		// The error may carry an upstream's URL and text it chose: log it
 		// with the URL's secrets redacted, escaped and bounded. 4 KiB holds
 		// a bounded circuit-open reason with the call's own words around it.
+		// The request's URL is redacted wherever the text quotes it, a
+		// *url.Error or not.
 		const maxLoggedError = 4 << 10
-		attrs = append(attrs, slog.String("error", redact.Text(redact.Error(e.Err), maxLoggedError)))
+		msg := redact.Error(e.Err)
+		if e.req != nil {
+			msg = redact.Known(msg, e.req.URL)
+		}
+		attrs = append(attrs, slog.String("error", redact.Text(msg, maxLoggedError)))
 	}
 	l.LogAttrs(ctx, lvl, "resilience: "+e.Kind.String(), attrs...)
 }

@@ -3,12 +3,15 @@ package resilience
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -392,4 +395,141 @@ func TestLogSummaryAcrossUpdate(t *testing.T) {
 	t2.fire()
 	assert.Equal(t, 1, before.counted(t, EventRetry))
 	assert.Equal(t, 2, after.counted(t, EventRetry))
+}
+
+// secretURL is a request URL with every kind of secret a URL carries: a
+// password, a username (which may be the credential), a token in the query
+// and one in the fragment.
+const secretURL = "http://erin:s3cr3t-pw@api.example:8080/items/7?token=T0KEN-123&x=1#frag-S3"
+
+var urlSecrets = []string{"s3cr3t-pw", "erin", "T0KEN-123", "frag-S3"}
+
+// secretErrors are errors whose text contains secretURL, as a *url.Error
+// (net/http's), as plain text a RoundTripper wrote, quoted, and wrapped.
+func secretErrors() []error {
+	ue := &url.Error{Op: "Get", URL: secretURL, Err: syscall.ECONNREFUSED}
+	return []error{
+		ue,
+		fmt.Errorf("upstream %s: connection refused", secretURL),
+		fmt.Errorf("fetching %q: %w", secretURL, io.ErrUnexpectedEOF),
+		fmt.Errorf("attempt 2: %w", ue),
+		&callError{handler: "h", kind: ErrTotalTimeout, cause: fmt.Errorf("reading %s: %w", secretURL, ue)},
+	}
+}
+
+// assertNoSecrets fails t if any record of logs shows a secret of
+// secretURL, and returns how many records there were.
+func assertNoSecrets(t *testing.T, logs *recordLog) int {
+	t.Helper()
+	recs := logs.records()
+	for _, r := range recs {
+		for k, v := range r.attrs {
+			for _, s := range urlSecrets {
+				assert.NotContains(t, v, s, "%s of %s", k, r.msg)
+			}
+		}
+		for _, s := range urlSecrets {
+			assert.NotContains(t, r.msg, s)
+		}
+	}
+	return len(recs)
+}
+
+// Issue 20: no kind of event puts a URL's secrets into the log, whether
+// logged one record per event (LogLevels) or summarised, whatever error
+// text quotes the request's URL.
+func TestLogNeverShowsURLSecrets(t *testing.T) {
+	req, err := http.NewRequest(http.MethodGet, secretURL, nil)
+	require.NoError(t, err)
+	var kinds []EventKind
+	for k := EventRetry; k.String() != "unknown"; k++ {
+		kinds = append(kinds, k)
+	}
+	for _, each := range []bool{false, true} {
+		t.Run(fmt.Sprintf("each=%v", each), func(t *testing.T) {
+			logs := &recordLog{debug: true}
+			opts := Options{Logger: slog.New(logs)}
+			if each {
+				opts.LogLevels = map[EventKind]slog.Level{}
+				for _, k := range kinds {
+					opts.LogLevels[k] = slog.LevelInfo
+				}
+			}
+			h, err := NewHandler(opts)
+			require.NoError(t, err)
+			timer := manualSummaryTimer(h)
+			cfg := h.cfg.Load()
+			for _, k := range kinds {
+				for _, err := range secretErrors() {
+					cfg.emit(Event{Kind: k, Host: keyOf(req.URL).String(), Method: req.Method, Attempt: 1, StatusCode: 503,
+						Err: err, Context: req.Context(), req: req})
+				}
+			}
+			timer.fire()
+			n := assertNoSecrets(t, logs)
+			if each {
+				assert.Equal(t, len(kinds)*len(secretErrors()), n, "every event was logged")
+				for _, r := range logs.records() {
+					assert.Contains(t, r.attrs["error"], "http://api.example:8080/items/7?redacted", "the error still says which URL: %s", r.attrs["error"])
+				}
+			} else {
+				assert.Positive(t, n)
+			}
+		})
+	}
+}
+
+// secretTransport fails every request with one of secretErrors' kinds of
+// error text about the request's own URL.
+type secretTransport struct{ n atomic.Int64 }
+
+func (s *secretTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	u := req.URL.String()
+	switch s.n.Add(1) % 3 {
+	case 0:
+		return nil, &url.Error{Op: req.Method, URL: u, Err: syscall.ECONNREFUSED}
+	case 1:
+		return nil, fmt.Errorf("upstream %s: connection refused", u)
+	}
+	return nil, fmt.Errorf("fetching %q: %w", u, io.ErrUnexpectedEOF)
+}
+
+// End to end: the secrets of a request's URL quoted by its attempts' errors
+// reach neither the reason the circuit opened on, in its record and in
+// the rejections', nor any other record.
+func TestLogCircuitReasonHasNoURLSecrets(t *testing.T) {
+	for _, each := range []bool{false, true} {
+		t.Run(fmt.Sprintf("each=%v", each), func(t *testing.T) {
+			logs := &recordLog{debug: true}
+			opts := Options{
+				Retry:          quickRetry(),
+				CircuitBreaker: CircuitBreakerOptions{FailureRatio: 1, MinimumThroughput: 6, BreakDuration: time.Hour},
+				Overload:       OverloadOptions{Disabled: true},
+				Logger:         slog.New(logs),
+			}
+			if each {
+				opts.LogLevels = map[EventKind]slog.Level{EventRetry: slog.LevelInfo, EventCircuitRejected: slog.LevelInfo}
+			}
+			h, err := NewHandler(opts)
+			require.NoError(t, err)
+			timer := manualSummaryTimer(h)
+			tr := h.Transport(&secretTransport{})
+			for range 5 {
+				_, err := evGet(t, tr, secretURL, http.MethodGet)
+				require.Error(t, err)
+			}
+			require.Equal(t, CircuitOpen, h.CircuitState())
+			timer.fire()
+			assertNoSecrets(t, logs)
+			opened := logs.of(EventCircuitOpened)
+			require.Len(t, opened, 1)
+			assert.Contains(t, opened[0].attrs["error"], "6 of 6 attempts failed")
+			assert.Contains(t, opened[0].attrs["error"], "upstream http://api.example:8080/items/7?redacted#redacted: connection refused")
+			assert.Contains(t, opened[0].attrs["error"], `fetching "http://api.example:8080/items/7?redacted#redacted"`)
+			if each {
+				assert.NotEmpty(t, logs.of(EventRetry))
+				assert.NotEmpty(t, logs.of(EventCircuitRejected))
+			}
+		})
+	}
 }
