@@ -31,14 +31,17 @@ func TestBudgetExhaustedAndRecoveredOncePerEpisode(t *testing.T) {
 		}
 	})
 	rec := &evRecorder{}
+	logs := &recordLog{}
 	h, err := NewHandler(Options{
 		Retry:          quickRetry(),
 		RetryBudget:    RetryBudgetOptions{MaxTokens: 2, TokenRatio: 0.5},
 		CircuitBreaker: CircuitBreakerOptions{Disabled: true},
 		Overload:       OverloadOptions{Disabled: true},
 		OnEvent:        rec.add,
+		Logger:         slog.New(logs),
 	})
 	require.NoError(t, err)
+	timer := manualSummaryTimer(h)
 	tr := h.Transport(&http.Transport{})
 	defer tr.CloseIdleConnections()
 	call := func(n int) {
@@ -73,6 +76,57 @@ func TestBudgetExhaustedAndRecoveredOncePerEpisode(t *testing.T) {
 	assert.Contains(t, exhausted.Err.Error(), "recent retries failed")
 	assert.Empty(t, exhausted.Host, "the budget is the handler's")
 	assert.Nil(t, exhausted.Context, "a change of state is about no one call")
+
+	timer.fire()
+	var logged []string
+	for _, r := range logs.records() {
+		logged = append(logged, r.level.String()+" "+r.msg)
+	}
+	assert.Equal(t, []string{
+		"WARN resilience: budget_exhausted", "INFO resilience: budget_recovered",
+		"WARN resilience: budget_exhausted", "INFO resilience: budget_recovered",
+		"WARN resilience: retry", "WARN resilience: budget_exceeded",
+	}, logged, "each change once; the refusals and retries counted")
+	assert.Contains(t, logs.of(EventBudgetExhausted)[0].attrs["error"], "retry budget exhausted (0.0 tokens)")
+	assert.Equal(t, 40, logs.counted(t, EventBudgetExceeded))
+}
+
+// With PerHost, each host's circuit changes are records of their own,
+// naming the host; the rejections of every host are one count.
+func TestLogPerHostCircuitChanges(t *testing.T) {
+	a := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(http.StatusBadGateway) })
+	b := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(http.StatusBadGateway) })
+	logs := &recordLog{}
+	h, err := NewHandler(Options{
+		Retry:          RetryOptions{Disabled: true},
+		CircuitBreaker: CircuitBreakerOptions{FailureRatio: 1, MinimumThroughput: 2, BreakDuration: time.Hour},
+		PerHost:        PerHostOptions{Enabled: true},
+		Logger:         slog.New(logs),
+	})
+	require.NoError(t, err)
+	timer := manualSummaryTimer(h)
+	tr := h.Transport(&http.Transport{})
+	defer tr.CloseIdleConnections()
+	for _, up := range []*testUpstream{a, b} {
+		for range 2 {
+			_, err := evGet(t, tr, up.URL(), http.MethodGet)
+			require.NoError(t, err)
+		}
+		for range 10 {
+			_, err := evGet(t, tr, up.URL(), http.MethodGet)
+			require.ErrorIs(t, err, ErrCircuitOpen)
+		}
+	}
+	h.CloseCircuit()
+	timer.fire()
+	var hosts []string
+	for _, r := range logs.of(EventCircuitOpened) {
+		hosts = append(hosts, r.attrs["host"])
+	}
+	assert.Equal(t, []string{a.URL(), b.URL()}, hosts, "one opening per host")
+	assert.Len(t, logs.of(EventCircuitClosed), 2, "one closing per host")
+	assert.Len(t, logs.of(EventCircuitRejected), 1)
+	assert.Equal(t, 20, logs.counted(t, EventCircuitRejected))
 }
 
 // Every kind, the new state changes included, can be named in a
