@@ -200,7 +200,7 @@ func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.R
 			failed = f(resp, err)
 		}
 		if failed {
-			s.circuit.RecordFailure(describe(resp, err))
+			s.circuit.RecordFailure(describe(resp, err, c.req.URL))
 		} else {
 			s.circuit.RecordSuccess()
 		}

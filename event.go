@@ -34,6 +34,8 @@ const (
 	EventOverloadShed                             // the overload limiter refused a call, or shed a retry or hedge (Err is its *OverloadError)
 	EventOverloaded                               // the overload limiter began refusing calls to Host (once per change)
 	EventOverloadEnded                            // the overload limiter has refused nothing for a second
+	EventBudgetExhausted                          // the retry budget began refusing retries (once per change; Err says why)
+	EventBudgetRecovered                          // the retry budget has half its tokens unclaimed again
 )
 
 var eventKindNames = [...]string{
@@ -56,6 +58,8 @@ var eventKindNames = [...]string{
 	EventOverloadShed:        "overload_shed",
 	EventOverloaded:          "overloaded",
 	EventOverloadEnded:       "overload_ended",
+	EventBudgetExhausted:     "budget_exhausted",
+	EventBudgetRecovered:     "budget_recovered",
 }
 
 func (k EventKind) String() string {
@@ -128,9 +132,9 @@ func (e Event) URL() string {
 // Options.LogLevels says otherwise.
 func (k EventKind) defaultLevel() slog.Level {
 	switch k {
-	case EventRetry, EventBudgetExceeded, EventFallback, EventSharedRateFallback, EventOverloaded:
+	case EventRetry, EventBudgetExceeded, EventFallback, EventSharedRateFallback, EventOverloaded, EventBudgetExhausted:
 		return slog.LevelWarn
-	case EventCircuitClosed, EventCircuitHalfOpened, EventHedge, EventHedgeCapped, EventSharedRateRecovered, EventOverloadEnded:
+	case EventCircuitClosed, EventCircuitHalfOpened, EventHedge, EventHedgeCapped, EventSharedRateRecovered, EventOverloadEnded, EventBudgetRecovered:
 		return slog.LevelInfo
 	case EventAttempt, EventCall, EventOverloadShed:
 		return slog.LevelDebug
@@ -161,6 +165,10 @@ func (cfg *config) emit(e Event) {
 func (cfg *config) log(e Event) {
 	lvl, ok := cfg.LogLevels[e.Kind]
 	if !ok {
+		if e.Kind.summarised() {
+			cfg.logs.count(e.Kind)
+			return
+		}
 		lvl = e.Kind.defaultLevel()
 	}
 	l := cfg.Logger
@@ -198,8 +206,14 @@ func (cfg *config) log(e Event) {
 		// The error may carry an upstream's URL and text it chose: log it
 		// with the URL's secrets redacted, escaped and bounded. 4 KiB holds
 		// a bounded circuit-open reason with the call's own words around it.
+		// The request's URL is redacted wherever the text quotes it, a
+		// *url.Error or not.
 		const maxLoggedError = 4 << 10
-		attrs = append(attrs, slog.String("error", redact.Text(redact.Error(e.Err), maxLoggedError)))
+		msg := redact.Error(e.Err)
+		if e.req != nil {
+			msg = redact.Known(msg, e.req.URL)
+		}
+		attrs = append(attrs, slog.String("error", redact.Text(msg, maxLoggedError)))
 	}
 	l.LogAttrs(ctx, lvl, "resilience: "+e.Kind.String(), attrs...)
 }

@@ -118,6 +118,8 @@ func TestEventKindString(t *testing.T) {
 		EventCircuitClosed:     "circuit_closed",
 		EventCircuitRejected:   "circuit_rejected",
 		EventRateLimited:       "rate_limited",
+		EventBudgetExhausted:   "budget_exhausted",
+		EventBudgetRecovered:   "budget_recovered",
 		EventKind(0):           "unknown",
 		EventKind(99):          "unknown",
 	}
@@ -256,6 +258,7 @@ func TestEventsLoggedAtLevels(t *testing.T) {
 		Logger:         logger,
 	})
 	require.NoError(t, err)
+	timer := manualSummaryTimer(h)
 	tr := h.Transport(&http.Transport{})
 	defer tr.CloseIdleConnections()
 
@@ -264,21 +267,20 @@ func TestEventsLoggedAtLevels(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, status)
 	h.CloseCircuit()
 	assert.Equal(t, CircuitClosed, h.CircuitState())
+	timer.fire() // the retry's count
 
 	got := lines()
 	require.Len(t, got, 3, "%q", got)
-	assert.Contains(t, got[0], "level=WARN")
-	assert.Contains(t, got[0], "event=retry")
+	assert.Contains(t, got[0], "level=ERROR")
+	assert.Contains(t, got[0], "event=circuit_opened")
 	assert.Contains(t, got[0], "handler=logged")
-	assert.Contains(t, got[0], "method=GET")
-	assert.Contains(t, got[0], "attempt=1")
-	assert.Contains(t, got[0], "status=503")
-	assert.Contains(t, got[0], "delay=1ms")
-	assert.Contains(t, got[1], "level=ERROR")
-	assert.Contains(t, got[1], "event=circuit_opened")
-	assert.Contains(t, got[1], "2 of 2 attempts failed")
-	assert.Contains(t, got[2], "level=INFO")
-	assert.Contains(t, got[2], "event=circuit_closed")
+	assert.Contains(t, got[0], "2 of 2 attempts failed")
+	assert.Contains(t, got[1], "level=INFO")
+	assert.Contains(t, got[1], "event=circuit_closed")
+	assert.Contains(t, got[2], "level=WARN")
+	assert.Contains(t, got[2], "event=retry")
+	assert.Contains(t, got[2], "handler=logged")
+	assert.Contains(t, got[2], "count=1 interval=10s")
 	for _, l := range got {
 		assert.Contains(t, l, `msg="resilience: `)
 	}
@@ -405,13 +407,14 @@ func TestEventsLogLevelsOverride(t *testing.T) {
 }
 
 func TestEventKindText(t *testing.T) {
-	for k := EventRetry; k <= EventCall; k++ {
+	for k := EventRetry; k <= EventBudgetRecovered; k++ {
 		b, err := k.MarshalText()
 		require.NoError(t, err)
 		var back EventKind
 		require.NoError(t, back.UnmarshalText(b))
 		assert.Equal(t, k, back)
 	}
+	assert.Equal(t, "unknown", (EventBudgetRecovered + 1).String(), "the last kind is the last named")
 	var k EventKind
 	assert.Error(t, k.UnmarshalText([]byte("retries")))
 	_, err := EventKind(0).MarshalText()
@@ -434,7 +437,7 @@ func TestEventsCarryTheRequestContext(t *testing.T) {
 	h, err := NewHandler(Options{
 		Retry:     quickRetry(),
 		Logger:    slog.New(handler),
-		LogLevels: map[EventKind]slog.Level{EventAttempt: slog.LevelInfo},
+		LogLevels: map[EventKind]slog.Level{EventAttempt: slog.LevelInfo, EventRetry: slog.LevelWarn}, // each logged
 		OnEvent: func(e Event) {
 			mu.Lock()
 			events = append(events, e)

@@ -57,6 +57,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	h.fbStore = newLRUStore(cfg.Fallback.MaxBytes)
 	rb := cfg.RetryBudget
 	h.budget = budget.New(rb.MaxTokens, rb.TokenRatio, rb.RetrySuccessTokens)
+	h.budget.OnChange = h.budgetChanged
 	if cfg.PerHost.Enabled {
 		h.hosts = newHostTable(h)
 	} else {
@@ -166,6 +167,17 @@ func (h *Handler) CloseCircuit() {
 	}
 	if wasIsolated && !closed {
 		h.emit(Event{Kind: EventCircuitClosed})
+	}
+}
+
+// budgetChanged reports a change of the retry budget's state: exhausted,
+// and why, or recovered. The budget is the handler's, so the event names no
+// host and no call.
+func (h *Handler) budgetChanged(exhausted bool, why error) {
+	if exhausted {
+		h.emit(Event{Kind: EventBudgetExhausted, Err: why})
+	} else {
+		h.emit(Event{Kind: EventBudgetRecovered})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 
 	"github.com/resilienthttp/resilience/internal/redact"
 )
@@ -19,15 +20,16 @@ var ErrIsolated = errors.New("resilience: isolated by IsolateCircuit")
 // status line or error worth reading fits in a few hundred bytes.
 const maxFailureText = 256
 
-// describe returns the text the failure log keeps for a failure: URL
-// secrets redacted, control characters escaped, and bounded, so that texts
-// equal within the bound count as one.
-func describe(resp *http.Response, err error) string {
+// describe returns the text the failure log keeps for a failure of a
+// request to u (nil: none known): URL secrets redacted (u's too, wherever
+// the error's text quotes it), control characters escaped, and bounded, so
+// that texts equal within the bound count as one.
+func describe(resp *http.Response, err error, u *url.URL) string {
 	switch {
 	case errors.Is(err, ErrAttemptTimeout):
 		return "attempt timeout"
 	case err != nil:
-		return redact.Text(redact.Error(err), maxFailureText)
+		return redact.Text(redact.Known(redact.Error(err), u), maxFailureText)
 	case resp != nil:
 		return redact.Text(resp.Status, maxFailureText)
 	}
@@ -39,6 +41,6 @@ func describe(resp *http.Response, err error) string {
 // (breaker.Circuit.AbandonProbe).
 func (s *hostState) abandonProbe(n uint64, err error) {
 	if n != 0 {
-		s.circuit.AbandonProbe(n, describe(nil, fmt.Errorf("half-open probe abandoned: %w", err)))
+		s.circuit.AbandonProbe(n, describe(nil, fmt.Errorf("half-open probe abandoned: %w", err), nil))
 	}
 }

@@ -81,6 +81,9 @@ func orOpen(t *testing.T, base http.RoundTripper, n int) (h *Handler, healthJSON
 	opts.CircuitBreaker.MinimumThroughput = n
 	opts.CircuitBreaker.FailureRatio = 1
 	opts.Logger = logger
+	// A rejection is logged on its own only when listed: its line is what
+	// these tests bound.
+	opts.LogLevels = map[EventKind]slog.Level{EventCircuitRejected: slog.LevelError}
 	h, err := NewHandler(opts)
 	require.NoError(t, err)
 	client := &http.Client{Transport: h.Transport(base)}

@@ -96,14 +96,16 @@ type Options struct {
 	// protocol, so that writes carrying a key are retried like reads.
 	Idempotency IdempotencyOptions
 
-	// Logger, when set, receives every Event at the level its kind
-	// suggests: retries warn; timeouts, rejections and an opening circuit
-	// are errors; the circuit closing or half-opening is info.
+	// Logger, when set, logs events: one record per change of state (the
+	// circuit, with why; the budget; the overload limiter; the shared
+	// rate), and, for the kinds every call may emit (retries, timeouts,
+	// rejections, refusals, hedges, fallbacks), one record per kind every
+	// 10s with its count. Attempts and calls are Debug records. URL secrets
+	// are redacted.
 	Logger *slog.Logger
 
-	// LogLevels overrides the level Logger gets an event kind at, for
-	// instance EventRetry at slog.LevelInfo. EventAttempt and EventCall are
-	// logged at slog.LevelDebug unless it says otherwise.
+	// LogLevels sets the level of an event kind, which Logger then logs
+	// one record per event, not counted: the way to see each rejection.
 	LogLevels map[EventKind]slog.Level
 
 	// OnEvent, when set, is called synchronously with every Event. It must
@@ -512,7 +514,8 @@ type CircuitBreakerOptions struct {
 type config struct {
 	Options
 	methods methodSet
-	route   *router // Hedging.Endpoints resolved; nil without
+	route   *router     // Hedging.Endpoints resolved; nil without
+	logs    *logSummary // the counts of Logger's summarised kinds; nil without Logger
 }
 
 // optionError names the field a user got wrong.
@@ -754,5 +757,9 @@ func resolve(o Options) (*config, error) {
 	if o.MaxBufferedBody == 0 {
 		o.MaxBufferedBody = defaultMaxBufferedBody
 	}
-	return &config{Options: o, methods: methods, route: route}, nil
+	cfg := &config{Options: o, methods: methods, route: route}
+	if o.Logger != nil {
+		cfg.logs = newLogSummary(o.Logger, o.Name)
+	}
+	return cfg, nil
 }

@@ -61,7 +61,8 @@ func (c retryLoop) run(now time.Time) (*http.Response, error) {
 			c.emit(e)
 			return c.result(resp, err)
 		}
-		wakeAt := time.Now().Add(wait)
+		waitFrom := time.Now()
+		wakeAt := waitFrom.Add(wait)
 		waited = wait
 		if c.cfg.observed() || c.wantsReport() {
 			e := Event{Kind: EventRetry, Attempt: n, Delay: wait, Err: err}
@@ -75,10 +76,11 @@ func (c retryLoop) run(now time.Time) (*http.Response, error) {
 			kept = c.discard(resp)
 		}
 		prevResp, prevErr = kept, err
-		sleptAt := time.Now()
 		left := c.sleepUntil(wakeAt)
 		if c.wantsReport() {
-			c.over.report.Waited += time.Since(sleptAt) // what was waited, even if cut short
+			// what was waited, even if cut short; the retried response
+			// drained during the wait, so the wait runs from before that
+			c.over.report.Waited += time.Since(waitFrom)
 		}
 		if left != nil {
 			return nil, c.errorf(nil, left, "waiting to retry")

@@ -514,6 +514,8 @@ func TestBudgetExceeded(t *testing.T) {
 	assert.ElementsMatch(t, []point{
 		{get.with(attrs{"resilience.event": "retry"}), 1},
 		{get.with(attrs{"resilience.event": "budget_exceeded", "error.type": "budget_exhausted"}), 1},
+		// the budget's change of state, once, about no one call
+		{attrs{"resilience.handler": "ledger", "resilience.event": "budget_exhausted", "error.type": "budget_exhausted"}, 1},
 	}, r.events(t))
 }
 

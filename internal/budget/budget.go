@@ -34,6 +34,14 @@
 //
 // Tokens are kept in thousandths, in one atomic integer. The parameters are
 // atomic too, so that Handler.Update can change them while calls run.
+//
+// The budget is exhausted from the first retry it refuses, and recovered
+// once at least half of MaxTokens (and at least one token) is left
+// unclaimed again; OnChange hears of each change once. Recovery waits for
+// half the bucket, not for the first retry allowed, so that a bucket that
+// hovers near empty (first attempts that succeed refilling it a fifth of a
+// token at a time, the retries they allow failing) is one exhaustion, not
+// an exhaustion and a recovery every few calls.
 package budget
 
 import (
@@ -52,6 +60,14 @@ type Budget struct {
 	max, ratio, reward atomic.Int64 // thousandths of a token
 	tokens             atomic.Int64
 	inflight           atomic.Int64 // retries sent whose outcome is not recorded yet
+	exhausted          atomic.Bool  // a retry was refused, and the budget has not recovered since
+
+	// OnChange, when set (before the budget is used), is called once when
+	// the budget becomes exhausted, with why (a *Refusal), and once when it
+	// recovers, with nil. It is called synchronously by the goroutine that
+	// made the change, holding no lock; two changes made at nearly the same
+	// moment by two goroutines may be heard out of order.
+	OnChange func(exhausted bool, why error)
 }
 
 // New returns a full budget of maxTokens tokens that puts back ratio of
@@ -71,6 +87,7 @@ func (b *Budget) Set(maxTokens, ratio, reward float64) {
 	b.ratio.Store(int64(math.Round(ratio * 1000)))
 	b.reward.Store(int64(math.Round(reward * 1000)))
 	b.add(0) // within the new maximum
+	b.recovered()
 }
 
 // Refuses returns why a retry may not be made now, or nil if it may: a
@@ -85,7 +102,7 @@ func (b *Budget) Refuses() *Refusal {
 	if t-1000*n >= 1000 {
 		return nil
 	}
-	return &Refusal{tokens: t, inflight: n}
+	return b.refused(t, n)
 }
 
 // Take claims an unclaimed token for a retry about to be sent, and returns
@@ -100,7 +117,7 @@ func (b *Budget) Take() *Refusal {
 		n := b.inflight.Load()
 		t := b.tokens.Load()
 		if t-1000*(n+1) < 0 {
-			return &Refusal{tokens: t, inflight: n}
+			return b.refused(t, n)
 		}
 		if b.inflight.CompareAndSwap(n, n+1) {
 			return nil
@@ -114,15 +131,43 @@ func (b *Budget) ClaimAnyway() { b.inflight.Add(1) }
 
 // Release settles the claim of a retry whose outcome says nothing of the
 // upstream: it was not sent after all, or was abandoned.
-func (b *Budget) Release() { b.inflight.Add(-1) }
+func (b *Budget) Release() {
+	b.inflight.Add(-1)
+	b.recovered()
+}
+
+// refused returns the refusal of a budget of t thousandths of a token with
+// n retries in flight, and reports the budget exhausted if it was not.
+func (b *Budget) refused(t, n int64) *Refusal {
+	if !b.exhausted.Load() && b.exhausted.CompareAndSwap(false, true) && b.OnChange != nil {
+		b.OnChange(true, &Refusal{tokens: t, inflight: n})
+	}
+	return &Refusal{tokens: t, inflight: n}
+}
+
+// recovered reports an exhausted budget recovered once at least half of
+// its maximum, and at least one token, is unclaimed. It costs one atomic
+// load while the budget is not exhausted.
+func (b *Budget) recovered() {
+	if !b.exhausted.Load() {
+		return
+	}
+	if b.tokens.Load()-1000*b.inflight.Load() < max(b.max.Load()/2, 1000) {
+		return
+	}
+	if b.exhausted.CompareAndSwap(true, false) && b.OnChange != nil {
+		b.OnChange(false, nil)
+	}
+}
 
 // Record accounts for an attempt's outcome: the first attempt of its call
 // or a later one (which settles its claim), failed (in a way the retry layer
 // would retry) or not.
 func (b *Budget) Record(first, failed bool) {
 	if !first {
-		b.Release()
+		b.inflight.Add(-1)
 	}
+	defer b.recovered()
 	switch {
 	case first && !failed:
 		b.add(b.ratio.Load())

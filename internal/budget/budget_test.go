@@ -138,3 +138,117 @@ func TestRefusalReasonIsTrue(t *testing.T) {
 	assert.Contains(t, why.Error(), "claimed by one of the 1 retries in flight")
 	assert.Nil(t, b.Refuses())
 }
+
+// changes records what OnChange hears.
+type changes struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (c *changes) on(exhausted bool, why error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if exhausted {
+		c.got = append(c.got, "exhausted: "+why.Error())
+	} else {
+		c.got = append(c.got, "recovered")
+	}
+}
+
+func (c *changes) all() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.got...)
+}
+
+// Issue 20: the budget reports its exhaustion once, at the first refusal,
+// however many refusals follow, and its recovery once, when half of the
+// bucket is unclaimed again, not at the first retry it allows.
+func TestExhaustedAndRecoveredOncePerEpisode(t *testing.T) {
+	var c changes
+	b := New(10, 0.2, 4)
+	b.OnChange = c.on
+	for range 10 {
+		require.True(t, b.claim())
+		b.Record(false, true)
+	}
+	assert.Empty(t, c.all(), "spending every token refuses nothing yet")
+	for range 100 {
+		assert.False(t, b.allow())
+		assert.False(t, b.claim())
+	}
+	assert.Equal(t, []string{"exhausted: retry budget exhausted (0.0 tokens): recent retries failed"}, c.all(),
+		"one exhaustion for 200 refusals")
+
+	// A bucket that hovers near empty stays exhausted: a token refilled
+	// allows a retry, which fails.
+	for range 20 {
+		for range 5 {
+			b.Record(true, false)
+		}
+		require.True(t, b.claim(), "a token refilled allows a retry")
+		b.Record(false, true)
+		require.False(t, b.claim())
+	}
+	assert.Len(t, c.all(), 1, "no recovery while the bucket hovers near empty")
+
+	// First attempts that succeed refill it to half: recovered, once.
+	for range 24 {
+		b.Record(true, false)
+	}
+	assert.Len(t, c.all(), 1, "4.8 tokens: not yet")
+	b.Record(true, false)
+	assert.Equal(t, "recovered", c.all()[1], "5 tokens, half of 10")
+	for range 100 {
+		b.Record(true, false)
+	}
+	assert.Len(t, c.all(), 2, "recovered once")
+
+	// A second episode: tokens all claimed by retries in flight.
+	for range 10 {
+		require.True(t, b.claim())
+	}
+	require.False(t, b.claim())
+	require.Len(t, c.all(), 3)
+	assert.Contains(t, c.all()[2], "exhausted: retry budget exhausted (10.0 tokens): every whole token is claimed")
+	for range 4 {
+		b.Record(false, false)
+	}
+	assert.Len(t, c.all(), 3, "4 unclaimed")
+	b.Release()
+	assert.Equal(t, "recovered", c.all()[3], "5 unclaimed")
+	for range 5 {
+		b.Record(false, false)
+	}
+	assert.Len(t, c.all(), 4)
+}
+
+// A budget of one token recovers at one unclaimed token, not half of one;
+// a lower maximum set by an update can recover it too.
+func TestRecoveredNeedsAToken(t *testing.T) {
+	var c changes
+	b := New(1, 0.5, 4)
+	b.OnChange = c.on
+	require.True(t, b.claim())
+	b.Record(false, true)
+	require.False(t, b.claim())
+	b.Record(true, false)
+	assert.Len(t, c.all(), 1, "half a token is no recovery")
+	b.Record(true, false)
+	assert.Equal(t, []string{"exhausted: retry budget exhausted (0.0 tokens): recent retries failed", "recovered"}, c.all())
+
+	c = changes{}
+	b = New(10, 0.5, 4)
+	b.OnChange = c.on
+	for range 10 {
+		require.True(t, b.claim())
+		b.Record(false, true)
+	}
+	require.False(t, b.claim(), "empty")
+	for range 4 {
+		b.Record(true, false)
+	}
+	require.Len(t, c.all(), 1, "2 tokens of 10")
+	b.Set(4, 0.5, 4)
+	assert.Equal(t, "recovered", c.all()[1], "2 tokens of 4")
+}

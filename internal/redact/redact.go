@@ -43,6 +43,48 @@ func Error(err error) string {
 	return strings.NewReplacer(pairs...).Replace(msg)
 }
 
+// Known returns s with the secrets of u, a URL the caller knows s may
+// quote (the request's), redacted wherever they appear as u writes them:
+// its userinfo dropped, its query and fragment replaced with "redacted", as
+// URL does. It finds what Error cannot: the URL in the text of an error
+// that is not a *url.Error, such as one a RoundTripper made with
+// fmt.Errorf, whatever host it names (an endpoint's, for a rewritten
+// request). A nil u, or one without secrets, leaves s as it is.
+func Known(s string, u *url.URL) string {
+	if u == nil || (u.User == nil && u.RawQuery == "" && u.Fragment == "") {
+		return s
+	}
+	var pairs []string
+	if u.User != nil {
+		if ui := u.User.String(); ui != "" {
+			pairs = append(pairs, ui+"@", "")
+		}
+		raw := u.User.Username()
+		if pw, ok := u.User.Password(); ok {
+			// url.URL.Redacted masks the password only: the username
+			// may be the credential (a token as the userinfo).
+			pairs = append(pairs, url.UserPassword(u.User.Username(), "xxxxx").String()+"@", "")
+			raw += ":" + pw
+		}
+		if raw != "" && raw != u.User.String() {
+			pairs = append(pairs, raw+"@", "")
+		}
+	}
+	if u.RawQuery != "" {
+		pairs = append(pairs, "?"+u.RawQuery, "?redacted")
+	}
+	if u.Fragment != "" {
+		pairs = append(pairs, "#"+u.EscapedFragment(), "#redacted")
+		if u.Fragment != u.EscapedFragment() {
+			pairs = append(pairs, "#"+u.Fragment, "#redacted")
+		}
+	}
+	if len(pairs) == 0 {
+		return s
+	}
+	return strings.NewReplacer(pairs...).Replace(s)
+}
+
 // URL drops the userinfo of a URL and replaces its query and fragment
 // with "redacted", keeping the scheme, host and path: enough to say which
 // upstream failed, without the credentials or API keys a URL may carry.

@@ -116,3 +116,26 @@ func TestSafeTextBoundsOnRuneBoundaries(t *testing.T) {
 	assert.Equal(t, "short", Text("short", 5))
 	assert.Equal(t, "sh…", Text("shorts", 5))
 }
+
+// Known redacts a known URL's secrets in text that is no *url.Error,
+// whatever host the text names.
+func TestKnownURLSecrets(t *testing.T) {
+	u, err := url.Parse("http://user:p%40ss@host:8080/items/7?apiKey=SECRET&x=1#tok=FRAG%20X")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for in, want := range map[string]string{
+		"Get " + u.String() + ": refused":                       "Get http://host:8080/items/7?redacted#redacted: refused",
+		fmt.Sprintf("Get %q: refused", u.String()):              `Get "http://host:8080/items/7?redacted#redacted": refused`,
+		"Get " + u.Redacted() + ": refused":                     "Get http://host:8080/items/7?redacted#redacted: refused",
+		"upstream https://eu.example/items/7?apiKey=SECRET&x=1": "upstream https://eu.example/items/7?redacted",
+		"as typed: http://user:p@ss@host:8080/":                 "as typed: http://host:8080/",
+		"fragment as typed: #tok=FRAG X":                        "fragment as typed: #redacted",
+		"no URL here":                                           "no URL here",
+	} {
+		assert.Equal(t, want, Known(in, u), "%q", in)
+	}
+	assert.Equal(t, "text ?apiKey=SECRET", Known("text ?apiKey=SECRET", nil))
+	plain, _ := url.Parse("http://host/p")
+	assert.Equal(t, "http://host/p?q", Known("http://host/p?q", plain), "a URL without secrets changes nothing")
+}
