@@ -33,67 +33,57 @@ const (
 	defaultMaxExtraLoad       = 0.05
 )
 
-// Options configures a standard resilience handler. The zero value is the
-// standard handler: every zero field takes the default documented on it,
-// a negative timeout disables that timeout, and Disabled switches a
-// strategy off. The layers run in this order, outermost first: RateLimit,
-// TotalTimeout, Retry, CircuitBreaker, AttemptTimeout.
+// Options configures a [Handler]. The zero value is the standard handler:
+// a zero field means the default its comment gives, and a negative value is
+// an error that names the field unless the comment gives it a meaning.
+// Disabled turns off a layer that is on by default; Enabled turns on one
+// that is off. The layers run in this order, outermost first: Fallback,
+// RateLimit, TotalTimeout, Retry or Hedging, CircuitBreaker, Overload,
+// AttemptTimeout. See docs/defaults.md.
 type Options struct {
-	// Name identifies the handler (one per upstream) in errors, events
-	// and logs. Default "standard".
+	// Name names the handler in errors, events and logs. Default "standard".
 	Name string
 
-	// RateLimit is admission control: at most so many calls in flight.
+	// RateLimit configures admission control, on by default.
 	RateLimit RateLimitOptions
 
-	// Overload limits the attempts in flight to the upstream (per host
-	// with PerHost) to what its latency and its losses say it can take;
-	// retries and hedges are shed first.
+	// Overload configures the overload limiter, on by default.
 	Overload OverloadOptions
 
-	// TotalTimeout bounds the whole call: queueing for admission, every
-	// attempt, the waits between them and reading the response body, as
-	// http.Client.Timeout does. Default 30s; negative disables it.
+	// TotalTimeout bounds the whole call, reading the response body included,
+	// as http.Client.Timeout does. Default 30s; negative turns it off.
 	TotalTimeout time.Duration
 
-	// Retry repeats transient failures of requests that are safe to repeat.
+	// Retry configures the retry layer, on by default.
 	Retry RetryOptions
 
-	// RetryBudget stops retries (and hedges) while they keep failing, so
-	// that an upstream that is down is not sent several times its usual
-	// load when it can least afford it; it costs nothing while retries
-	// work.
+	// RetryBudget configures the retry budget, on by default.
 	RetryBudget RetryBudgetOptions
 
-	// Hedging, when enabled, takes the retry layer's place: while an
-	// attempt has no acceptable answer, another is sent alongside it.
+	// Hedging configures hedging, off by default; it replaces the retry layer.
 	Hedging HedgingOptions
 
-	// CircuitBreaker stops calling an upstream that keeps failing.
+	// CircuitBreaker configures the circuit breaker, on by default.
 	CircuitBreaker CircuitBreakerOptions
 
-	// AttemptTimeout bounds each attempt until its response headers
-	// arrive. It must not exceed TotalTimeout. Default 10s, or
-	// TotalTimeout when that is shorter; negative disables it.
+	// AttemptTimeout bounds each attempt until its response headers arrive,
+	// at most TotalTimeout. Default 10s, or TotalTimeout if shorter;
+	// negative turns it off.
 	AttemptTimeout time.Duration
 
-	// PerHost gives every authority (scheme://host:port) the handler sees a
-	// circuit breaker and limits of its own, so that one bad host among many
-	// cannot open the circuit for the rest.
+	// PerHost configures per-host isolation, off by default.
 	PerHost PerHostOptions
 
-	// MaxBufferedBody is the most of a request body (one without GetBody)
-	// that is held in memory so that it can be sent again. A larger body
-	// is streamed once and not retried. Default 1 MiB; negative never
-	// buffers, so only requests with GetBody or without a body are retried.
+	// MaxBufferedBody is the most of a request body without GetBody that is
+	// held to send it again; a larger one is sent once, never retried.
+	// Default 1 MiB; negative holds none.
 	MaxBufferedBody int64
 
-	// Fallback, when enabled, answers a GET or HEAD that fails because the
-	// circuit is open with the last good response kept for it, labelled.
+	// Fallback configures the fallback layer, off by default.
 	Fallback FallbackOptions
 
-	// Idempotency declares that the upstream keeps the idempotency-key
-	// protocol, so that writes carrying a key are retried like reads.
+	// Idempotency, off by default, declares that the upstream keeps the
+	// idempotency-key protocol, so that writes are retried like reads.
 	Idempotency IdempotencyOptions
 
 	// Logger, when set, receives every Event at the level its kind
