@@ -101,42 +101,32 @@ type Options struct {
 	OnEvent func(Event)
 }
 
-// OverloadOptions configures the overload limiter, inside admission and on
-// by default: an adaptive bound on the attempts in flight to an upstream,
-// each holding a slot from the moment it is sent until its response
-// headers arrive. The bound follows the latency of successful attempts
-// (failsafe-go's adaptivelimiter) and shrinks on loss (attempt timeouts,
-// 503, 429, refused connections) when the losses are congestion: when
-// attempts sent with more than MinLimit in flight are lost more often than
-// those sent with fewer, not when the upstream fails a share of requests
-// at random. An attempt over the bound waits for a slot, at most
-// MaxQueueWait and never past the call's deadline; a first attempt that
-// gets none fails with ErrOverloaded. While the limiter is shedding (it
-// refused a first attempt within the last second, or losses are
-// congestion), a retry over the bound is not sent and the call returns its
-// last outcome; a hedge over it is never sent. A refusal is never retried
-// and never counts against the circuit breaker or the retry budget.
+// OverloadOptions configures the overload limiter: an adaptive limit on
+// the attempts in flight to the upstream (per host with PerHost), from when
+// each is sent until its response headers arrive. The limit follows their
+// latency, and shrinks on losses that are congestion, not random failures.
+// An attempt over it waits for a slot; a call whose first attempt gets none
+// fails with [ErrOverloaded], and while the limiter sheds, a retry or hedge
+// over it is not sent. See docs/overload.md.
 type OverloadOptions struct {
-	// Disabled switches the limiter off.
+	// Disabled turns the limiter off. Default false.
 	Disabled bool
 
-	// MinLimit is the least number of attempts in flight it allows.
-	// Default 8.
+	// MinLimit is the fewest attempts in flight the limit allows. Default 8.
 	MinLimit int
 
-	// MaxLimit is the most. Default 1000.
+	// MaxLimit is the most it allows, at most 1000000. Default 1000.
 	MaxLimit int
 
-	// InitialLimit is where the latency limit starts. Default 20; calls
-	// over it wait in the queue, so a burst is queued, not failed.
+	// InitialLimit is where the limit starts, within [MinLimit, MaxLimit].
+	// Default 20.
 	InitialLimit int
 
 	// MaxQueue is how many attempts may wait for a slot. Default 1000.
 	MaxQueue int
 
-	// MaxQueueWait bounds an attempt's wait for a slot. Default 1s; the
-	// call's own deadline bounds it too. Longer serves more calls of a
-	// burst later, shorter fails them sooner.
+	// MaxQueueWait is the longest an attempt waits for a slot, never past
+	// the call's deadline. Default 1s.
 	MaxQueueWait time.Duration
 }
 
@@ -149,100 +139,64 @@ const (
 	defaultOverloadMaxQueueWait = time.Second
 )
 
-// RateLimitOptions configures admission control, the outermost layer. A
-// call holds its permit until the response body is closed or read to EOF,
-// or until the total timeout ends the call: a body the caller forgets
-// holds its permit no longer than TotalTimeout (for ever if it is off).
+// RateLimitOptions configures admission control: a limit on the calls in
+// flight, an optional rate, and pacing by the quota the upstream announces.
+// A call refused fails with [ErrRateLimited]; when a rate refused it, the
+// cause is a [*RateLimitError]. A call holds its permit until its response
+// body is closed or read to EOF, or its total timeout ends it.
 type RateLimitOptions struct {
-	// Disabled switches admission control off.
+	// Disabled turns admission control off, pacing by the server's quota
+	// included. Default false.
 	Disabled bool
 
-	// MaxConcurrent is the most calls in flight at once. Default 1000.
+	// MaxConcurrent is the most calls in flight. Default 1000.
 	MaxConcurrent int
 
 	// MaxQueue is how many calls may wait for a permit when MaxConcurrent
-	// are in flight; the rest are rejected with ErrRateLimited. Waiting
-	// counts against TotalTimeout. Default 0: no queue.
+	// are in flight; the wait counts against TotalTimeout. Default 0: none.
 	MaxQueue int
 
-	// RequestsPerSecond, when positive, also limits the rate at which calls
-	// start; calls over the rate are rejected with ErrRateLimited.
-	// Default 0: no rate limit.
+	// RequestsPerSecond, if positive, limits the rate at which calls start,
+	// from 0.001 to 1e9. Default 0: no rate.
 	RequestsPerSecond float64
 
-	// Burst is how many calls may start at once within the rate. It needs
-	// RequestsPerSecond. Default 0: calls are spaced evenly.
+	// Burst is how many calls may start at once within the rate, at most
+	// 1000000; it needs RequestsPerSecond. Default 0: calls spaced evenly.
 	Burst int
 
-	// Wait makes a call over a rate wait for its permit instead of failing
-	// at once with ErrRateLimited: the rate of RequestsPerSecond, or any
-	// other rate the handler follows. A call waits only when its permit is
-	// due before its deadline (the earlier of TotalTimeout and the request
-	// context's deadline); otherwise it fails at once, and the error's
-	// *RateLimitError says when the permit is due. A waiting call holds
-	// its concurrency permit. Default false: fail fast.
+	// Wait makes a call over a rate wait for its permit, if it is due
+	// before the call's deadline, instead of failing at once. A waiting
+	// call holds its concurrency permit. Default false.
 	Wait bool
 
-	// Shared, when set, is a rate shared with the handler's other
-	// replicas (see SharedRate and the redislimit package): every call
-	// also takes a permit of it, under the key the handler's name makes
-	// (and the host's authority, with PerHost). Calls over it wait or
-	// fail as Wait says. It is a Go value, set in code: a configuration
-	// file cannot name it; set it in the configure function of
-	// Config.Handlers and Handlers.Apply. Default nil: no shared rate, at
-	// no cost.
+	// Shared, if set, is a rate shared with other processes, such as a
+	// redislimit.Limiter; see [SharedRate]. A configuration file cannot
+	// set it. Default nil: none.
 	Shared SharedRate
 
-	// IgnoreServerQuota stops the handler from following the quota its
-	// upstream announces. By default it reads the quota from the
-	// responses' RateLimit and RateLimit-Policy fields (the IETF httpapi
-	// drafts, current and earlier forms) or X-RateLimit-Limit, -Remaining
-	// and -Reset, per host with PerHost: once the server says no call is
-	// left until a reset, calls wait for the reset or fail at once, as Wait
-	// says, instead of being sent to collect 429s; and a 429 with
-	// Retry-After and those headers holds back every call, not only the one
-	// that got it, until then (its own retry still waits for the
-	// Retry-After; see PauseOn429 for a 429 without them). The error of a
-	// call refused this way is a *RateLimitError with Limit "server".
-	//
-	// It is on by default because it is bounded: no reset or pause is kept
-	// longer than Retry.MaxRetryAfter, or one minute when that is not set,
-	// a call never waits past its deadline, and an upstream that sends
-	// none of these headers (and no 429 with Retry-After) is paced by
-	// nothing. Turn it off for an upstream whose quota belongs to other
-	// callers too (a header about a shared account's quota would then hold
-	// back calls that have their own), or whose endpoints have separate
-	// quotas behind one handler: use one handler per quota instead.
-	// Disabled turns it off too.
+	// IgnoreServerQuota stops the pacing of calls by the quota the upstream
+	// announces (RateLimit or X-RateLimit-* fields, and a 429 with them and
+	// Retry-After). Default false: calls past the quota wait for its reset
+	// or fail at once, as Wait says. See docs/server-pacing.md.
 	IgnoreServerQuota bool
 
-	// PauseOn429 makes any 429 Too Many Requests with Retry-After hold back
-	// every call of the handler (of its host, with PerHost) until then, as
-	// a 429 that announces the quota in its headers always does: for an
-	// upstream whose bare 429 means the whole client is over its quota, as
-	// most vendor APIs' does. Calls held back wait or fail at once as for
-	// IgnoreServerQuota's quota, within the same bounds. Default false: a
-	// bare 429 may be one request's (a per-endpoint or per-connection
-	// limit), and holding back every call on it is harmful there; measured
-	// in bench/ (the faults experiment, 0.5% of requests answered 429 with
-	// Retry-After: 1 at random), pausing on every 429 served 14.8% of calls
-	// instead of 100%.
+	// PauseOn429 makes any 429 with Retry-After hold back every call (of
+	// its host, with PerHost) until then, as one with quota fields does.
+	// Default false: a 429 without them may be one request's.
 	PauseOn429 bool
 }
 
-// PerHostOptions configures per-host isolation. With it, RateLimit and
-// CircuitBreaker apply to each authority separately.
+// PerHostOptions configures per-host isolation: every authority
+// (scheme://host:port) gets its own circuit breaker, admission control and
+// overload limiter. See docs/per-host.md.
 type PerHostOptions struct {
-	// Enabled turns per-host isolation on. It is off by default: one
-	// circuit and one set of limits for every call.
+	// Enabled turns per-host isolation on; Handler.Update cannot change it.
+	// Default false: one circuit and one set of limits for every call.
 	Enabled bool
 
-	// MaxHosts is how many hosts are kept at once; meeting one more
-	// forgets the least recently used idle host. A host is idle when no
-	// call to it is in flight (a call ends when its response body is
-	// closed or read to EOF) and its circuit is not open; a host in use is
-	// never forgotten, so while more than MaxHosts are in use the handler
-	// keeps more, until they become idle. Default 1000.
+	// MaxHosts is how many hosts are kept; meeting one more forgets the
+	// least recently used idle one. A host with a call in flight or an
+	// open circuit is never forgotten. Default 1000.
 	MaxHosts int
 
 	// IdleTimeout is how long a host stays idle, from the end of its last
