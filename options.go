@@ -226,146 +226,115 @@ func (b BackoffType) String() string {
 	return fmt.Sprintf("BackoffType(%d)", int(b))
 }
 
-// RetryOptions configures the retry layer. Only transient failures of
-// requests that are safe to repeat are retried; see IsTransient and the
-// method rule on Methods.
+// RetryOptions configures the retry layer. It retries the transient
+// failures ([IsTransient], or ShouldRetry) of the requests that are safe to
+// repeat: by default GET, as Methods and ExcludeMethods say. A retry waits
+// for a delay, or for the Retry-After of a 429 or 503, unless the wait
+// would end past the call's deadline: then the caller gets the failed
+// attempt's outcome at once. See docs/retries.md.
 type RetryOptions struct {
-	// Disabled switches retries off.
+	// Disabled turns retries off. Default false.
 	Disabled bool
 
 	// MaxRetries is how many times a call may be repeated after its first
 	// attempt. Default 3.
 	MaxRetries int
 
-	// Delay is the base delay between attempts. Default 2s, or MaxDelay
-	// when that is set and shorter; negative
-	// means no delay: retries go at once, whatever Backoff and MaxDelay
-	// say (a Retry-After the server sent is still honoured).
+	// Delay is the base delay between attempts. Default 2s, or MaxDelay if
+	// shorter; negative means none: retries go at once, whatever Backoff
+	// and MaxDelay say (a Retry-After is still honoured).
 	Delay time.Duration
 
-	// MaxDelay caps the computed delay (not a Retry-After the server
-	// sent, nor what DelayFunc returns). Default 30s, or Delay when Delay
-	// is larger.
+	// MaxDelay caps the computed delay, not a Retry-After nor what
+	// DelayFunc returns; it must not be below Delay. Default 30s, or Delay
+	// if longer.
 	MaxDelay time.Duration
 
-	// Backoff says how the delay grows from one retry to the next.
-	// Default BackoffExponential.
+	// Backoff says how the delay grows. Default BackoffExponential.
 	Backoff BackoffType
 
-	// NoJitter turns off the randomisation of delays that keeps many
-	// clients that failed together from retrying together.
+	// NoJitter turns off the randomisation of delays by ±50%. Default false.
 	NoJitter bool
 
-	// Methods widens the set of methods that are retried, which by default
-	// holds only GET. The rule holds for every outcome: a method outside
-	// the set is not retried after an error or a timeout either.
+	// Methods adds methods to the set retried, which holds GET by default.
+	// The set holds for every outcome, errors and timeouts included;
 	// WithRetryable overrides it for one request.
 	Methods []string
 
-	// ExcludeMethods removes methods from the set, GET included. It is
-	// applied after Methods: a method in both is not retried.
+	// ExcludeMethods removes methods from the set, GET included, after
+	// Methods. Default none.
 	ExcludeMethods []string
 
-	// IgnoreRetryAfter makes the retry layer ignore the Retry-After header
-	// of 429 and 503 responses and use the computed delay instead.
+	// IgnoreRetryAfter makes the retry layer ignore the Retry-After of 429
+	// and 503 responses and wait the computed delay. Default false.
 	IgnoreRetryAfter bool
 
-	// MaxRetryAfter is the longest Retry-After the handler waits. A longer
-	// one, or one that does not fit in what is left of TotalTimeout, is not
-	// waited: the caller gets the response at once. Default 0: no cap but
-	// the total timeout.
+	// MaxRetryAfter is the longest Retry-After waited; after a longer one
+	// the caller gets the response at once. Default 0: no cap but the call's
+	// deadline.
 	MaxRetryAfter time.Duration
 
-	// ShouldRetry, when set, replaces IsTransient in deciding which
-	// outcomes are retried (and, with hedging, which do not win). It gets
-	// the caller's request, so that it can decide per request (it must not
-	// modify or keep it), and the attempt's response or error. The method
-	// rule, the caller's cancellation and deadline, the total timeout and
-	// the request's own failures still apply first. It must be safe for
-	// concurrent use, and must not read or close the response body.
+	// ShouldRetry, if set, replaces [IsTransient] in deciding which outcomes
+	// are retried, and with hedging which do not win; the method rule, the
+	// caller's context, the total timeout and the request's own failures
+	// still apply first. It must be safe for concurrent use, and must not
+	// modify or keep the request nor read or close the response body.
+	// Default nil: IsTransient.
 	ShouldRetry func(req *http.Request, resp *http.Response, err error) bool
 
-	// DelayFunc, when set, decides how long to wait before each retry,
-	// as Polly's DelayGenerator and go-retryablehttp's Backoff do. It is
-	// given the retry's number, the delay the retry layer computed and
-	// the failed attempt's outcome and request, and returns the delay to
-	// wait: zero retries at once, and a negative value means the computed
-	// delay. MaxDelay does not cap what it returns.
-	//
-	// A Retry-After the server sent, when honoured (IgnoreRetryAfter not
-	// set), wins: DelayFunc is not called for that retry, and a
-	// Retry-After beyond MaxRetryAfter still ends the retries. With
-	// IgnoreRetryAfter, DelayFunc can weigh it itself (ParseRetryAfter
-	// reads it). Hedging does not use DelayFunc. Whatever
-	// the delay, a wait that would end past the call's deadline (the total
-	// timeout, or the request context's) is not made: the caller gets the
-	// failed attempt's outcome at once. DelayFunc is called on the
-	// caller's goroutine, from many calls at once: it must be safe for
-	// concurrent use and should return quickly.
+	// DelayFunc, if set, returns the delay before each retry, given a
+	// [DelayInfo]: zero retries at once, a negative value keeps the computed
+	// delay, and MaxDelay does not cap it. A Retry-After honoured wins over
+	// it; hedging does not use it. It is called from many calls at once: it
+	// must be safe for concurrent use and return quickly. Default nil: the
+	// computed delay.
 	DelayFunc func(DelayInfo) time.Duration
 }
 
 // HedgingOptions configures hedging, which replaces the retry layer when
-// enabled (as in .NET's standard hedging handler): the first attempt goes
-// out, and while no attempt has an acceptable outcome, another follows
-// after Delay, up to MaxHedges more. A handled failure (what IsTransient or
-// Retry.ShouldRetry would retry) never wins while attempts are still
-// running, and sends the next hedge at once. The first acceptable outcome
-// wins; the others are cancelled, drained and closed. Only requests that
-// are safe to repeat are hedged, by the rule that retries follow: GET by
-// default, widened or narrowed by Retry.Methods and Retry.ExcludeMethods,
-// overridden by WithRetryable. Each hedge needs a retry budget permit and a closed circuit.
+// enabled: while no attempt has an acceptable outcome, another follows after
+// Delay, up to MaxHedges more, and the first acceptable outcome wins. A
+// handled failure (one Retry.ShouldRetry or IsTransient would retry) sends
+// the next at once. Only requests the retry layer's method rule allows are
+// hedged. Each hedge needs a closed circuit; one that follows a failure is a
+// retry, and needs the retry budget. See docs/hedging.md.
 type HedgingOptions struct {
-	// Enabled turns hedging on, and the retry layer off.
+	// Enabled turns hedging on, and the retry layer off. Default false;
+	// NewHedgingTransport sets it.
 	Enabled bool
 
-	// MaxHedges is how many attempts may be sent besides the first, at
-	// most 10. Default 1.
+	// MaxHedges is how many attempts may be sent besides the first, at most
+	// 10. Default 1.
 	MaxHedges int
 
-	// Delay is how long an attempt runs before the next is sent. Default 2s.
-	// With DelayPercentile, the delay used until the handler has seen
-	// enough attempts.
+	// Delay is how long an attempt runs before the next is sent, and with
+	// DelayPercentile, the delay until 100 attempts are seen. Default 2s.
 	Delay time.Duration
 
 	// DelayPercentile, in (0, 1), makes the delay adaptive: the attempts
-	// that take longer than this percentile of the attempt latencies the
-	// handler observed over the last 5 to 10 seconds are hedged (0.95
-	// hedges the slowest 5%), within [MinDelay, MaxDelay]. Until 100
-	// attempts have been seen, Delay applies. Default 0: the fixed Delay.
+	// slower than this percentile of those of the last 5 to 10 seconds are
+	// hedged, within [MinDelay, MaxDelay]. Default 0: the fixed Delay.
 	DelayPercentile float64
 
-	// MinDelay is the shortest adaptive delay, so that an upstream that
-	// answers fast is not hedged on noise. Default 1ms, or MaxDelay when
-	// that is set and shorter.
+	// MinDelay is the shortest adaptive delay. Default 1ms, or MaxDelay if
+	// shorter.
 	MinDelay time.Duration
 
-	// MaxDelay is the longest adaptive delay. Default Delay.
+	// MaxDelay is the longest adaptive delay, at least MinDelay. Default
+	// Delay.
 	MaxDelay time.Duration
 
-	// MaxExtraLoad caps the hedges sent while an earlier attempt still
-	// runs, as a share of calls: one is sent only while the hedges of the
-	// last 10 seconds stay within MaxExtraLoad of the hedged calls started
-	// in them, plus one (so that a handler that makes few calls can still
-	// hedge; from 100 calls in 10 seconds, the extra load is within one
-	// percentage point of the share). A hedge that follows a handled
-	// failure is a retry, and is bounded by the retry budget instead. A refused hedge is an
-	// EventHedgeCapped, once per call. Default 0.05; NoExtraLoadCap for no
-	// cap.
+	// MaxExtraLoad caps the hedges sent while an attempt still runs, in
+	// (0, 10]: at most this share of the calls of the last 10 seconds, plus
+	// one. A hedge refused is an EventHedgeCapped. Default 0.05;
+	// NoExtraLoadCap for no cap.
 	MaxExtraLoad float64
 
-	// Endpoints, when set, spread a call's attempts over several base URLs
-	// instead of the request's own: the first attempt goes to one, and each
-	// hedge, or each retry when hedging is not enabled (failover), to
-	// another, as Routing says. Each endpoint has a circuit breaker of its
-	// own, so PerHost.Enabled is required (NewHedgingTransport sets it); an
-	// attempt whose endpoint's circuit is open goes to the next endpoint at
-	// once. An endpoint's own failure, its TLS, ends no call while another
-	// endpoint is left: the call moves on and never tries that endpoint
-	// again (unless Retry.ShouldRetry says not to retry). Admission control (RateLimit) stays the request's authority's,
-	// and so does the quota the endpoints announce (IgnoreServerQuota):
-	// it is kept as one, as an account's quota across regions is.
-	// At most 16; nil for none (an empty, non-nil list is an error).
+	// Endpoints, if set, spread a call's attempts over these base URLs
+	// instead of the request's: each hedge, or each retry without hedging,
+	// goes to another, as Routing says. Each endpoint has a circuit breaker
+	// of its own, so PerHost.Enabled is required. At most 16. Default nil:
+	// none; an empty non-nil list is an error.
 	Endpoints []Endpoint
 
 	// Routing says how attempts are spread over Endpoints. Default
@@ -373,82 +342,62 @@ type HedgingOptions struct {
 	Routing Routing
 }
 
-// RetryBudgetOptions configures the retry budget, shared by every call of a
-// handler (all its hosts, with PerHost). It follows whether retries work,
-// not how often attempts fail. It is a bucket of MaxTokens tokens, full at
-// first: a retry (or a hedge that follows a handled failure) that fails
-// takes a token, one that succeeds puts back RetrySuccessTokens, a first
-// attempt that succeeds puts back TokenRatio of one, and a first attempt
-// that fails costs nothing. Retries are made while at least one token is
-// left that no retry in flight has claimed; a refused one gives the caller
-// the last outcome at once, and an EventBudgetExceeded whose Err says why.
-// A hedge sent while an attempt still runs is Hedging.MaxExtraLoad's to
-// bound, not the budget's.
-//
-// So against an upstream that fails at random, however often, retries that
-// succeed at least once in 1+RetrySuccessTokens (one in seven by default)
-// keep the bucket full and every retry is made, bursts of simultaneous
-// failures and sparse callers included; against an upstream that fails
-// every attempt, at most MaxTokens retries are made before the load falls
-// back to one attempt per call, until first attempts succeed again. A retry
-// claims its token when it is sent, so slow failures cannot overrun it.
-// The defaults are measured in bench/ (the do-no-harm experiment): every
-// retry go-retryablehttp makes at 70% of attempts failing, at most 1.7x
-// the offered load at the start of an outage.
+// RetryBudgetOptions configures the retry budget, shared by all the calls
+// of a handler (all its hosts, with PerHost). It is a bucket of MaxTokens
+// tokens, full at first. A retry, or a hedge that follows a failure, is
+// made only while a token is left that no retry in flight has claimed; one
+// that fails takes its token, one that succeeds puts back
+// RetrySuccessTokens, and a first attempt that succeeds puts back
+// TokenRatio. A call refused a retry ends on its last outcome, with an
+// EventBudgetExceeded. See docs/retries.md.
 type RetryBudgetOptions struct {
-	// Disabled switches the budget off: every retry the retry layer allows
-	// is made.
+	// Disabled turns the budget off: every retry the retry layer allows is
+	// made. Default false.
 	Disabled bool
 
-	// MaxTokens is the size of the bucket, in [1, 1000]: how many failed
-	// retries in a row are made against an upstream that fails every
-	// attempt. Default 25.
+	// MaxTokens is the bucket's size, in [1, 1000]: how many failing retries
+	// in a row an upstream that fails every attempt gets. Default 25.
 	MaxTokens float64
 
-	// TokenRatio is the share of a token that a first attempt that
-	// succeeds puts back, in (0, 1]: how the bucket refills once an
-	// upstream recovers, and how much retrying a share of requests that
-	// always fail (while the rest succeed) is allowed. Default 0.2.
+	// TokenRatio is the share of a token that a first attempt that succeeds
+	// puts back, in [0.001, 1]. Default 0.2.
 	TokenRatio float64
 
-	// RetrySuccessTokens is how many tokens a retry (or a hedge that
-	// follows a failure) puts back when it succeeds, in (0, 1000]. Default
-	// 6: retries are made as long as at least one in seven succeeds.
+	// RetrySuccessTokens is how many tokens a retry that succeeds puts back,
+	// in (0, 1000]. Default 6: retries go on while one in seven succeeds.
 	RetrySuccessTokens float64
 }
 
-// CircuitBreakerOptions configures the circuit breaker, which sits inside
-// the retry layer and so counts attempts, not calls.
+// CircuitBreakerOptions configures the circuit breaker. It counts attempts,
+// not calls: the circuit opens when at least MinimumThroughput attempts in
+// the last SamplingDuration include FailureRatio failures, and rejects calls
+// with [ErrCircuitOpen] until BreakDuration has passed and one probe has
+// succeeded. See docs/circuit-breaker.md.
 type CircuitBreakerOptions struct {
-	// Disabled switches the circuit breaker off.
+	// Disabled turns the circuit breaker off; Handler.IsolateCircuit still
+	// works. Default false.
 	Disabled bool
 
-	// FailureRatio is the share of failed attempts within SamplingDuration
-	// that opens the circuit, in (0, 1]. Default 0.9: the breaker is there
-	// for an upstream that is (nearly) down, and fails calls fast only
-	// then; an upstream that fails some of its attempts is the retry
-	// layer's job. Microsoft.Extensions.Http.Resilience's 0.1 opens the
-	// circuit for any upstream failing more than one attempt in ten, and
-	// then fails the calls that would have succeeded (README).
+	// FailureRatio is the share of failed attempts that opens the circuit,
+	// in (0, 1]. Default 0.9.
 	FailureRatio float64
 
-	// MinimumThroughput is how many attempts SamplingDuration must hold
-	// before the ratio is considered. Default 100.
+	// MinimumThroughput is how many attempts the window must hold before
+	// the ratio counts. Default 100.
 	MinimumThroughput int
 
-	// SamplingDuration is the sliding window over which attempts are
-	// counted. It must be at least twice AttemptTimeout. Default 30s, or
-	// twice AttemptTimeout when that is longer.
+	// SamplingDuration is the sliding window attempts are counted in, at
+	// least 1ms and twice AttemptTimeout. Default 30s, or twice
+	// AttemptTimeout if longer.
 	SamplingDuration time.Duration
 
 	// BreakDuration is how long the circuit stays open before it lets one
-	// probe through (half-open). Default 1s, so that an upstream back from
-	// an outage is called again soon.
+	// probe through. Default 1s.
 	BreakDuration time.Duration
 
-	// ShouldHandle, when set, replaces IsTransient in deciding which
-	// attempt outcomes count as failures. Caller cancellation and the total
-	// timeout are never counted.
+	// ShouldHandle, if set, replaces IsTransient in deciding which attempt
+	// outcomes are failures; caller cancellation and the total timeout are
+	// never counted. Default nil: IsTransient.
 	ShouldHandle func(*http.Response, error) bool
 }
 
