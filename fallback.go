@@ -36,70 +36,58 @@ const (
 	defaultFallbackHeader        = "X-Resilience-Fallback"
 )
 
-// FallbackOptions configures the fallback layer, the outermost: when the
-// upstream cannot answer a GET or HEAD, the caller gets the last good
-// response kept for the same request, labelled, instead of the error.
+// FallbackOptions configures the fallback layer, the outermost. When a GET
+// or HEAD fails because the circuit is open (or, with OnTransient, on a
+// transient failure), the caller gets the last good response kept for the
+// same request, labelled with Header, instead of the error; when none can
+// be served, the error wraps [ErrFallbackRefused]. See docs/fallback.md.
 type FallbackOptions struct {
-	// Enabled turns the fallback layer on. It is off by default.
+	// Enabled turns the fallback layer on. Default false.
 	Enabled bool
 
-	// MaxStale is the oldest a kept response may be (the time since it was
-	// kept plus the Age it came with) to be served, unless the response's
-	// Cache-Control says stale-if-error=N, which then bounds it instead.
+	// MaxStale is the oldest a kept response may be, with the Age it came
+	// with, to be served; its stale-if-error=N, if any, bounds it instead.
 	// Default 10m.
 	MaxStale time.Duration
 
-	// MaxEntryBytes is the largest body kept; a larger response is not
-	// kept. Default 1 MiB.
+	// MaxEntryBytes is the largest body kept, at most MaxBytes. Default 1 MiB.
 	MaxEntryBytes int64
 
-	// MaxBytes bounds the built-in store, on what its entries hold: the
-	// bodies' buffers, headers and keys, and the store's bookkeeping. The
-	// least recently used responses are forgotten first. Default 64 MiB.
+	// MaxBytes bounds what the built-in store's entries hold, the least
+	// recently used forgotten first. Default 64 MiB.
 	MaxBytes int64
 
-	// Header is the response header that labels a served fallback, with
-	// the value "stale". Default "X-Resilience-Fallback". It may not name,
-	// in any case, a field the label would overwrite and the response
-	// depends on: Connection, Keep-Alive, Proxy-*, TE, Trailer,
-	// Transfer-Encoding, Upgrade (hop-by-hop), Content-* (framing and
-	// the body's description), Age, Cache-Control, Date, ETag, Expires,
-	// Last-Modified, Pragma, Vary, Warning (caching) or Set-Cookie.
+	// Header is the response header that labels a served fallback "stale".
+	// Default "X-Resilience-Fallback". A field the label would overwrite
+	// (hop-by-hop, framing, Content-*, caching or Set-Cookie) is an error.
 	Header string
 
-	// OnTransient also serves a fallback when retries ran out on a
-	// transient failure (an error, or a 500, 502, 503 or 504 response: the
-	// errors of RFC 5861's stale-if-error) or the total timeout passed. By
-	// default only an open or isolated circuit is. With no kept response to
-	// serve, such a response reaches the caller untouched.
+	// OnTransient also serves a fallback when retries ran out on a transient
+	// error or a 500, 502, 503 or 504 response, or the total timeout passed.
+	// Default false: only when the circuit is open or isolated.
 	OnTransient bool
 
-	// ShareCredentialed keeps responses to requests that carry
-	// credentials (an Authorization or Cookie header, in any case, or
-	// userinfo in the URL), keyed by a SHA-256 hash of them, so that a
-	// response is only ever served for the same credentials. By default
-	// such responses are never kept.
+	// ShareCredentialed keeps responses to requests with credentials
+	// (Authorization, Cookie, userinfo), served only for the same ones.
+	// Default false: they are never kept.
 	ShareCredentialed bool
 
-	// Store keeps the responses; nil is the built-in store, bounded by
-	// MaxBytes. It is not part of the JSON configuration. A caller that
-	// leaves while its Get runs gets its context's error at once
-	// (FallbackStore).
+	// Store keeps the responses; a configuration file cannot set it.
+	// Default nil: the built-in store, bounded by MaxBytes.
 	Store FallbackStore
 }
 
-// ErrFallbackRefused reports that the fallback layer considered answering a
-// failed call with a kept response and did not. The error wraps the call's
-// own error and one of ErrFallbackIneligible, ErrFallbackNone and
-// ErrFallbackTooStale, which say why; each of them is ErrFallbackRefused
-// for errors.Is.
+// ErrFallbackRefused reports that the fallback layer could not answer a
+// failed call. The error wraps the call's error and the reason,
+// [ErrFallbackIneligible], [ErrFallbackNone] or [ErrFallbackTooStale], each
+// of which is ErrFallbackRefused for errors.Is.
 var ErrFallbackRefused = errors.New("resilience: fallback refused")
 
 // Why a fallback was refused.
 var (
 	// ErrFallbackIneligible: the request may not be answered from a kept
-	// response (not a GET or HEAD, or Cache-Control: no-store, or
-	// credentials without ShareCredentialed).
+	// response (not a GET or HEAD, no-store, or credentials without
+	// ShareCredentialed).
 	ErrFallbackIneligible error = &fallbackReason{"ineligible"}
 	// ErrFallbackNone: no response is kept for the request.
 	ErrFallbackNone error = &fallbackReason{"none kept"}

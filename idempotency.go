@@ -20,32 +20,23 @@ import (
 // defaultIdempotencyHeader is the request header that carries the key.
 const defaultIdempotencyHeader = "Idempotency-Key"
 
-// IdempotencyOptions declares that the upstream implements the
-// idempotency-key protocol. With Enabled, a request whose method is not
-// safe (anything but GET, HEAD, OPTIONS and TRACE) is given a key, unless
-// it has one already, and may then be retried like a GET: every attempt
-// carries the same key, so the upstream acts on it once. A 409 Conflict
-// that says the key's first request is still running (it carries a
-// Retry-After and no "Idempotent-Replayed: true") is retried after its
-// Retry-After; any other 409 is the application's answer and reaches the
-// caller at once. Retry.ShouldRetry, when set, decides for every 409,
-// in progress or not. A 422 Unprocessable Content (the key reused with a
-// different request) is never retried and reaches the caller as it came.
-//
-// The claim is the upstream's to keep: enable this only for an upstream
-// that stores each key's outcome durably, as the idempotency package does.
-// A request made with WithRetryable(ctx, false) is left alone.
+// IdempotencyOptions declares that the upstream keeps the idempotency-key
+// protocol: it stores each key's outcome durably, as the idempotency package
+// does. With Enabled, a request whose method is not safe gets a key, unless
+// it has one, and is retried like a GET, every attempt with the same key. A
+// 409 that says the key's first request still runs is retried after its
+// Retry-After; any other 409, and a 422, reach the caller, unless
+// Retry.ShouldRetry decides otherwise. A request made with
+// WithRetryable(ctx, false) is left alone. See docs/idempotency.md.
 type IdempotencyOptions struct {
-	// Enabled declares that the upstream keeps the protocol.
+	// Enabled declares that the upstream keeps the protocol. Default false.
 	Enabled bool
 
 	// Header is the request header that carries the key. Default
-	// Idempotency-Key.
+	// "Idempotency-Key".
 	Header string
 
-	// Hedge lets a keyed write be hedged when Hedging is enabled, not only
-	// retried: its hedges reach the upstream while the first attempt may
-	// still hold the key, and get a 409 they then retry. Default false:
+	// Hedge lets a keyed write be hedged, not only retried. Default false:
 	// with Hedging enabled, a keyed write is sent once.
 	Hedge bool
 }
