@@ -25,8 +25,8 @@ const defaultIdempotencyHeader = "Idempotency-Key"
 // does. With Enabled, a request whose method is not safe gets a key, unless
 // it has one, and is retried like a GET, every attempt with the same key. A
 // 409 that says the key's first request still runs is retried after its
-// Retry-After; any other 409, and a 422, reach the caller, unless
-// Retry.ShouldRetry decides otherwise. A request made with
+// Retry-After, and any other reaches the caller (Retry.ShouldRetry, if
+// set, decides every 409); a 422 always does. A request made with
 // WithRetryable(ctx, false) is left alone. See docs/idempotency.md.
 type IdempotencyOptions struct {
 	// Enabled declares that the upstream keeps the protocol. Default false.
