@@ -20,46 +20,16 @@ type Config struct {
 	Upstreams map[string]Options
 }
 
-// LoadConfig reads a JSON configuration of named upstreams:
-//
-//	{
-//	  "defaults":  { ...options every upstream starts from... },
-//	  "upstreams": {
-//	    "pricing": { "attemptTimeout": "2s", "retry": { "delay": "200ms" } },
-//	    "carrier": { "circuitBreaker": { "minimumThroughput": 10 } }
-//	  }
-//	}
-//
-// Every Options field that is data can be set, under its name in lower
-// camel case; durations are Go duration strings ("250ms"), Backoff is
-// "exponential", "linear" or "constant", LogLevels maps event kinds
-// ("retry") to slog levels ("INFO"). An upstream's fields override the
-// defaults' one by one. Unknown keys, values of the wrong type, bad
-// durations and invalid combinations are errors that name the upstream
-// and the field, such as
-//
-//	resilience: config: upstreams.pricing.retry.delay: invalid duration "2x"
-//
-// Every upstream is validated as NewHandler would; Config.Handlers builds
-// them.
-//
-// A zero written in the file means what it means in Options: the field's
-// default ("totalTimeout": "0s" is 30s). Four fields whose written zero
-// meant something else before are refused for now, with the spelling of
-// what the zero meant, so that no file silently changes meaning:
-// retry.maxRetries 0 (write "disabled": true), retry.delay "0s" (write a
-// negative duration for no delay), circuitBreaker.minimumThroughput 0
-// (write 1) and hedging.maxExtraLoad 0 (write -1 for no cap):
-//
-//	resilience: config: upstreams.pricing.retry.maxRetries: 0 is refused: a written 0 meant no retries before, and would now mean the default, as a zero does in Options; write "disabled": true, or omit the field for the default
-//
-// "Off" is spelled as in Options: "disabled": true for a layer that is on
-// by default, "enabled": true for one that is off, and a negative value for
-// a timeout or a limit. hedging.endpoints is a list of {"url": ...,
-// "weight": ...} and hedging.routing is "ordered" or "weighted".
-//
-// The input is one JSON object of at most 1 MiB; anything after the object
-// but white space is an error.
+// LoadConfig reads a JSON configuration of named upstreams: an object whose
+// "upstreams" holds each upstream's Options by name, and whose "defaults"
+// holds the options every upstream starts from, field by field. A field is
+// named as in Options, in lower camel case ("attemptTimeout"); a duration
+// is a Go duration string ("250ms"). A zero means the default, as in
+// Options, but a zero that meant something else in earlier releases
+// (retry.maxRetries, retry.delay, circuitBreaker.minimumThroughput,
+// hedging.maxExtraLoad) is refused. Unknown keys, bad values and invalid
+// options are errors that name the upstream and the field. The input must
+// be one JSON object of at most 1 MiB. See docs/configuration.md.
 func LoadConfig(r io.Reader) (Config, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxConfigSize+1))
 	if err != nil {
