@@ -15,9 +15,10 @@ import (
 type SharedRate interface {
 	// Take takes one permit of the rate named key: the handler's name, and
 	// with PerHost a space and the authority. A zero Wait is a permit; a
-	// positive one is none, and says when the next is due. An error refuses
-	// the call with ErrRateLimited: a store that can answer without its
-	// backend should, and say so in Fallback.
+	// positive one is none, and says when the next is due. An error of ctx
+	// is the caller's; any other refuses the call with ErrRateLimited, so a
+	// store that can answer without its backend should, and say so in
+	// Fallback.
 	Take(ctx context.Context, key string) (SharedRateResult, error)
 }
 
