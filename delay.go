@@ -12,23 +12,20 @@ import (
 // uniformly random value in [d*(1-f), d*(1+f)].
 const jitterFactor = 0.5
 
-// DelayInfo is what RetryOptions.DelayFunc is told about a retry the retry
-// layer is about to make.
+// DelayInfo is what RetryOptions.DelayFunc is told about the next retry.
 type DelayInfo struct {
-	// Retry is the retry's number: 1 for the first retry, which follows the
-	// first attempt.
+	// Retry is the retry's number, from 1.
 	Retry int
 
-	// Delay is the delay the retry layer computed for this retry from
-	// Delay, Backoff, NoJitter and MaxDelay: what it would wait without
-	// DelayFunc. It is zero when RetryOptions.Delay is negative.
+	// Delay is what the retry layer would wait without DelayFunc; zero
+	// when RetryOptions.Delay is negative.
 	Delay time.Duration
 
-	// Response is the response of the attempt that failed, or nil. Its
-	// body must not be read or closed: the caller may yet get it.
+	// Response is the failed attempt's response, or nil. Its body must not
+	// be read or closed: the caller may yet get it.
 	Response *http.Response
 
-	// Err is the error of the attempt that failed, or nil.
+	// Err is the failed attempt's error, or nil.
 	Err error
 
 	// Request is the caller's request. It must not be modified, nor kept
