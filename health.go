@@ -8,10 +8,8 @@ import (
 
 // Health is a report of handlers' circuits, for a health endpoint.
 type Health struct {
-	// Status is "healthy" when every circuit is closed, and "degraded"
-	// when one is open, half-open or isolated, or an overload limiter
-	// refused a call within the last second: calls to that upstream fail
-	// fast, but the service itself is up, so a load balancer should keep it.
+	// Status is "healthy" when every circuit is closed, and "degraded" when
+	// one is not or an overload limiter refused a call in the last second.
 	Status   string                   `json:"status"`
 	Handlers map[string]HandlerHealth `json:"handlers"`
 }
@@ -55,8 +53,7 @@ func CheckHealth(handlers ...*Handler) Health {
 }
 
 // HealthHandler returns an http.Handler that serves CheckHealth of the
-// handlers as JSON, with status 200 whether healthy or degraded: an open
-// circuit to one upstream does not make this service unhealthy.
+// handlers as JSON, with status 200 even when degraded.
 func HealthHandler(handlers ...*Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

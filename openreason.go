@@ -12,8 +12,7 @@ import (
 )
 
 // ErrIsolated is why a circuit held open by Handler.IsolateCircuit is open:
-// the Err of its EventCircuitOpened and EventCircuitRejected events, and the
-// cause under ErrCircuitOpen of the calls it rejects.
+// the Err of its events, and the cause under ErrCircuitOpen.
 var ErrIsolated = errors.New("resilience: isolated by IsolateCircuit")
 
 // Bounds of the text an open circuit keeps to say why it opened. The reason

@@ -392,9 +392,8 @@ func (l *overloadLimiter) stats() OverloadStats {
 		Overloaded: !l.refusedAt.IsZero() && l.now().Sub(l.refusedAt) < quietAfter}
 }
 
-// OverloadStats returns a snapshot of the overload limiter of each upstream
-// the handler keeps state for, by host with PerHost and under "" without;
-// nil when Options.Overload is off.
+// OverloadStats returns a snapshot of the overload limiter, by host with
+// PerHost and under "" without, or nil when it is off.
 func (h *Handler) OverloadStats() map[string]OverloadStats {
 	states := []*hostState{h.shared}
 	if h.hosts != nil {
@@ -413,10 +412,8 @@ func (h *Handler) OverloadStats() map[string]OverloadStats {
 }
 
 // OverloadError is why the overload limiter refused a call: the attempts in
-// flight to its upstream were at the limit it measured, and the call could
-// not wait for a slot (the queue was full, or the wait would have gone past
-// MaxQueueWait or the call's deadline). errors.Is(err, ErrOverloaded) holds.
-// It comes wrapped in the handler's error, which names the handler.
+// flight were at the limit, and the queue was full or the wait too long. It
+// is ErrOverloaded for errors.Is.
 type OverloadError struct {
 	Limit    int           // attempts allowed in flight when it refused
 	InFlight int           // attempts in flight then

@@ -6,11 +6,10 @@ import (
 	"github.com/resilienthttp/resilience/internal/headers"
 )
 
-// ParseRetryAfter reads the value of a Retry-After header (RFC 9110
-// section 10.2.3): either delta-seconds or an HTTP-date in any of the
-// three forms http.ParseTime accepts. It returns how long to wait from now
-// and whether the value was valid. A date in the past means no wait; a
-// value too large for a time.Duration is clamped to the largest one.
+// ParseRetryAfter returns how long from now a Retry-After header's value
+// (delta-seconds or an HTTP-date) says to wait, and whether it is valid. A
+// date in the past is no wait; a wait too long for a time.Duration is the
+// longest one.
 func ParseRetryAfter(value string, now time.Time) (time.Duration, bool) {
 	return headers.ParseRetryAfter(value, now)
 }

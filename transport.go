@@ -6,26 +6,20 @@ import (
 )
 
 // Transport is an http.RoundTripper that sends each request through a
-// Handler's resilience stack to a base RoundTripper. Use it as the
-// Transport of an http.Client. It never modifies the caller's request.
-//
-// As with http.Transport, the caller must close the response body, or read
-// it to EOF: the call holds its concurrency permit and its total timeout
-// until then.
-//
-// The zero value is ready to use: &Transport{} is the standard handler
-// (Options{}) over http.DefaultTransport, made on first use. Like
-// http.Transport, a Transport must not be copied after first use.
+// Handler to a base RoundTripper, never modifying the caller's request. As
+// with http.Transport, the caller must close the response body or read it to
+// EOF: the call holds its permit and its total timeout until then. The zero
+// Transport is the standard handler over http.DefaultTransport. A Transport
+// must not be copied after first use.
 type Transport struct {
 	h    *Handler
 	base http.RoundTripper
 	once sync.Once // makes the zero value's handler
 }
 
-// NewTransport returns a Transport with a Handler of its own built from
-// opts. A nil base means http.DefaultTransport. To share one upstream's
-// state among several clients, build the Handler with NewHandler and call
-// its Transport method instead.
+// NewTransport returns a Transport over base, or over http.DefaultTransport
+// if base is nil, with a Handler of its own built from opts. To share one
+// upstream's state among clients, use NewHandler and Handler.Transport.
 func NewTransport(base http.RoundTripper, opts Options) (*Transport, error) {
 	h, err := NewHandler(opts)
 	if err != nil {
@@ -35,11 +29,8 @@ func NewTransport(base http.RoundTripper, opts Options) (*Transport, error) {
 }
 
 // NewHedgingTransport returns a Transport with the standard hedging handler,
-// the counterpart of .NET's AddStandardHedgingHandler: the total timeout,
-// then hedging (one more attempt after 2s by default, up to 10), and inside,
-// per authority, a concurrency limit, a circuit breaker and the attempt
-// timeout. It is NewTransport with Hedging.Enabled and PerHost.Enabled set;
-// the other fields of opts mean what they mean there.
+// as .NET's AddStandardHedgingHandler: it is NewTransport with
+// Hedging.Enabled and PerHost.Enabled set.
 func NewHedgingTransport(base http.RoundTripper, opts Options) (*Transport, error) {
 	opts.Hedging.Enabled = true
 	opts.PerHost.Enabled = true
