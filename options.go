@@ -33,58 +33,39 @@ const (
 	defaultMaxExtraLoad       = 0.05
 )
 
-// Options configures a [Handler]. The zero value is the standard handler:
-// a zero field means the default its comment gives, and a negative value is
-// an error that names the field unless the comment gives it a meaning.
-// Disabled turns off a layer that is on by default; Enabled turns on one
-// that is off. The layers run in this order, outermost first: Fallback,
+// Options configures a [Handler]; the zero value is the standard handler.
+// A zero field means its default, which yields to an explicit value it
+// would contradict; explicit values that contradict each other are an error
+// that names them, and so is a negative value, unless its field gives it a
+// meaning. The layers run in this order, outermost first: Fallback,
 // RateLimit, TotalTimeout, Retry or Hedging, CircuitBreaker, Overload,
 // AttemptTimeout. See docs/defaults.md.
 type Options struct {
-	// Name names the handler in errors, events and logs. Default "standard".
-	Name string
+	Name      string           // for errors, events, logs; default "standard"
+	RateLimit RateLimitOptions // admission control, on by default
+	Overload  OverloadOptions  // the overload limiter, on by default
 
-	// RateLimit configures admission control, on by default.
-	RateLimit RateLimitOptions
-
-	// Overload configures the overload limiter, on by default.
-	Overload OverloadOptions
-
-	// TotalTimeout bounds the whole call, reading the response body included,
-	// as http.Client.Timeout does. Default 30s; negative turns it off.
+	// TotalTimeout bounds the call from queueing to reading the body, as
+	// http.Client.Timeout does. Default 30s; negative turns it off.
 	TotalTimeout time.Duration
 
-	// Retry configures the retry layer, on by default.
-	Retry RetryOptions
-
-	// RetryBudget configures the retry budget, on by default.
-	RetryBudget RetryBudgetOptions
-
-	// Hedging configures hedging, off by default; it replaces the retry layer.
-	Hedging HedgingOptions
-
-	// CircuitBreaker configures the circuit breaker, on by default.
-	CircuitBreaker CircuitBreakerOptions
+	Retry          RetryOptions          // the retry layer, on by default
+	RetryBudget    RetryBudgetOptions    // the retry budget, on by default
+	Hedging        HedgingOptions        // off by default; replaces Retry
+	CircuitBreaker CircuitBreakerOptions // the circuit breaker, on by default
 
 	// AttemptTimeout bounds each attempt until its response headers arrive,
-	// at most TotalTimeout. Default 10s, or TotalTimeout if shorter;
-	// negative turns it off.
+	// at most TotalTimeout. Default 10s; negative turns it off.
 	AttemptTimeout time.Duration
 
-	// PerHost configures per-host isolation, off by default.
-	PerHost PerHostOptions
+	PerHost PerHostOptions // per-host isolation, off by default
 
-	// MaxBufferedBody is the most of a request body without GetBody that is
-	// held to send it again; a larger one is sent once, never retried.
-	// Default 1 MiB; negative holds none.
+	// MaxBufferedBody is the most of a body without GetBody held to resend
+	// it; a larger one is never retried. Default 1 MiB; negative holds none.
 	MaxBufferedBody int64
 
-	// Fallback configures the fallback layer, off by default.
-	Fallback FallbackOptions
-
-	// Idempotency, off by default, declares that the upstream keeps the
-	// idempotency-key protocol, so that writes are retried like reads.
-	Idempotency IdempotencyOptions
+	Fallback    FallbackOptions    // the fallback layer, off by default
+	Idempotency IdempotencyOptions // idempotency keys, off by default
 
 	// Logger, when set, receives every Event at the level its kind
 	// suggests: retries warn; timeouts, rejections and an opening circuit
@@ -101,33 +82,18 @@ type Options struct {
 	OnEvent func(Event)
 }
 
-// OverloadOptions configures the overload limiter: an adaptive limit on
-// the attempts in flight to the upstream (per host with PerHost), from when
-// each is sent until its response headers arrive. The limit follows their
-// latency, and shrinks on losses that are congestion, not random failures.
-// An attempt over it waits for a slot; a call whose first attempt gets none
-// fails with [ErrOverloaded], and while the limiter sheds, a retry or hedge
-// over it is not sent. See docs/overload.md.
+// OverloadOptions configures the overload limiter: an adaptive limit on the
+// attempts in flight to the upstream until their headers arrive, which
+// follows their latency and shrinks on congestion. A call whose first
+// attempt gets no slot in time fails with [ErrOverloaded]; a retry or hedge
+// over the limit may be shed. See docs/overload.md.
 type OverloadOptions struct {
-	// Disabled turns the limiter off. Default false.
-	Disabled bool
-
-	// MinLimit is the fewest attempts in flight the limit allows. Default 8.
-	MinLimit int
-
-	// MaxLimit is the most it allows, at most 1000000. Default 1000.
-	MaxLimit int
-
-	// InitialLimit is where the limit starts, within [MinLimit, MaxLimit].
-	// Default 20.
-	InitialLimit int
-
-	// MaxQueue is how many attempts may wait for a slot. Default 1000.
-	MaxQueue int
-
-	// MaxQueueWait is the longest an attempt waits for a slot, never past
-	// the call's deadline. Default 1s.
-	MaxQueueWait time.Duration
+	Disabled     bool          // turns the limiter off; default false
+	MinLimit     int           // fewest attempts in flight allowed; default 8
+	MaxLimit     int           // most allowed, at most 1000000; default 1000
+	InitialLimit int           // where the limit starts; default 20
+	MaxQueue     int           // how many attempts may wait; default 1000
+	MaxQueueWait time.Duration // longest wait for a slot; default 1s
 }
 
 // Defaults of OverloadOptions.
@@ -141,48 +107,35 @@ const (
 
 // RateLimitOptions configures admission control: a limit on the calls in
 // flight, an optional rate, and pacing by the quota the upstream announces.
-// A call refused fails with [ErrRateLimited]; when a rate refused it, the
-// cause is a [*RateLimitError]. A call holds its permit until its response
-// body is closed or read to EOF, or its total timeout ends it.
+// A call refused fails with [ErrRateLimited]. A call holds its permit until
+// its response body is closed or read to EOF, or its total timeout ends it.
 type RateLimitOptions struct {
-	// Disabled turns admission control off, pacing by the server's quota
-	// included. Default false.
-	Disabled bool
+	Disabled      bool // turns admission control off; default false
+	MaxConcurrent int  // most calls in flight; default 1000
+	MaxQueue      int  // calls that may wait for a permit; default 0
 
-	// MaxConcurrent is the most calls in flight. Default 1000.
-	MaxConcurrent int
-
-	// MaxQueue is how many calls may wait for a permit when MaxConcurrent
-	// are in flight; the wait counts against TotalTimeout. Default 0: none.
-	MaxQueue int
-
-	// RequestsPerSecond, if positive, limits the rate at which calls start,
-	// from 0.001 to 1e9. Default 0: no rate.
+	// RequestsPerSecond, if positive, is the rate at which calls may start,
+	// and Burst, which needs it, how many may start at once. Default 0: no
+	// rate, and calls spaced evenly.
 	RequestsPerSecond float64
+	Burst             int
 
-	// Burst is how many calls may start at once within the rate, at most
-	// 1000000; it needs RequestsPerSecond. Default 0: calls spaced evenly.
-	Burst int
-
-	// Wait makes a call over a rate wait for its permit, if it is due
-	// before the call's deadline, instead of failing at once. A waiting
-	// call holds its concurrency permit. Default false.
+	// Wait makes a call over a rate wait for its permit, if it is due before
+	// the call's deadline, instead of failing at once; it holds its
+	// concurrency permit meanwhile. Default false.
 	Wait bool
 
 	// Shared, if set, is a rate shared with other processes, such as a
-	// redislimit.Limiter; see [SharedRate]. A configuration file cannot
-	// set it. Default nil: none.
+	// redislimit.Limiter. A configuration file cannot set it. Default nil.
 	Shared SharedRate
 
 	// IgnoreServerQuota stops the pacing of calls by the quota the upstream
-	// announces (RateLimit or X-RateLimit-* fields, and a 429 with them and
-	// Retry-After). Default false: calls past the quota wait for its reset
-	// or fail at once, as Wait says. See docs/server-pacing.md.
+	// announces in RateLimit or X-RateLimit-* fields, with 429s or not.
+	// Default false. See docs/server-pacing.md.
 	IgnoreServerQuota bool
 
-	// PauseOn429 makes any 429 with Retry-After hold back every call (of
-	// its host, with PerHost) until then, as one with quota fields does.
-	// Default false: a 429 without them may be one request's.
+	// PauseOn429 makes a 429 with Retry-After but no quota fields hold back
+	// every call (of its host, with PerHost) too. Default false.
 	PauseOn429 bool
 }
 
@@ -190,18 +143,14 @@ type RateLimitOptions struct {
 // (scheme://host:port) gets its own circuit breaker, admission control and
 // overload limiter. See docs/per-host.md.
 type PerHostOptions struct {
-	// Enabled turns per-host isolation on; Handler.Update cannot change it.
-	// Default false: one circuit and one set of limits for every call.
-	Enabled bool
+	Enabled bool // turns it on; Handler.Update cannot change it
 
 	// MaxHosts is how many hosts are kept; meeting one more forgets the
 	// least recently used idle one. A host with a call in flight or an
 	// open circuit is never forgotten. Default 1000.
 	MaxHosts int
 
-	// IdleTimeout is how long a host stays idle, from the end of its last
-	// call, before it is forgotten with its circuit and counts. Default 5m.
-	IdleTimeout time.Duration
+	IdleTimeout time.Duration // forget a host idle this long; default 5m
 }
 
 // BackoffType says how the delay between retries grows.
@@ -227,177 +176,109 @@ func (b BackoffType) String() string {
 }
 
 // RetryOptions configures the retry layer. It retries the transient
-// failures ([IsTransient], or ShouldRetry) of the requests that are safe to
-// repeat: by default GET, as Methods and ExcludeMethods say. A retry waits
-// for a delay, or for the Retry-After of a 429 or 503, unless the wait
-// would end past the call's deadline: then the caller gets the failed
-// attempt's outcome at once. See docs/retries.md.
+// failures ([IsTransient], or ShouldRetry) of requests safe to repeat, by
+// default GETs. A retry waits for a delay, or a 429's or 503's Retry-After,
+// unless the wait would end past the call's deadline: then the caller gets
+// the failed attempt's outcome at once. See docs/retries.md.
 type RetryOptions struct {
-	// Disabled turns retries off. Default false.
-	Disabled bool
+	Disabled   bool // turns retries off; default false
+	MaxRetries int  // repeats after the first attempt; default 3
 
-	// MaxRetries is how many times a call may be repeated after its first
-	// attempt. Default 3.
-	MaxRetries int
-
-	// Delay is the base delay between attempts. Default 2s, or MaxDelay if
-	// shorter; negative means none: retries go at once, whatever Backoff
-	// and MaxDelay say (a Retry-After is still honoured).
+	// Delay is the base delay between attempts. Default 2s; negative means
+	// none: retries go at once, whatever Backoff and MaxDelay say.
 	Delay time.Duration
 
-	// MaxDelay caps the computed delay, not a Retry-After nor what
-	// DelayFunc returns; it must not be below Delay. Default 30s, or Delay
-	// if longer.
-	MaxDelay time.Duration
+	MaxDelay time.Duration // caps the computed delay; default 30s
+	Backoff  BackoffType   // how the delay grows; default BackoffExponential
+	NoJitter bool          // turns off the ±50% randomisation of delays
 
-	// Backoff says how the delay grows. Default BackoffExponential.
-	Backoff BackoffType
-
-	// NoJitter turns off the randomisation of delays by ±50%. Default false.
-	NoJitter bool
-
-	// Methods adds methods to the set retried, which holds GET by default.
-	// The set holds for every outcome, errors and timeouts included;
-	// WithRetryable overrides it for one request.
-	Methods []string
-
-	// ExcludeMethods removes methods from the set, GET included, after
-	// Methods. Default none.
+	// Methods adds methods to those retried, only GET by default, and
+	// ExcludeMethods removes some, GET included. The rule holds for every
+	// outcome; WithRetryable overrides it for one request.
+	Methods        []string
 	ExcludeMethods []string
 
-	// IgnoreRetryAfter makes the retry layer ignore the Retry-After of 429
-	// and 503 responses and wait the computed delay. Default false.
+	// IgnoreRetryAfter makes retries wait the computed delay, not a
+	// Retry-After. MaxRetryAfter is the longest Retry-After waited: after a
+	// longer one the caller gets the response at once. Default false, and 0:
+	// no cap.
 	IgnoreRetryAfter bool
-
-	// MaxRetryAfter is the longest Retry-After waited; after a longer one
-	// the caller gets the response at once. Default 0: no cap but the call's
-	// deadline.
-	MaxRetryAfter time.Duration
+	MaxRetryAfter    time.Duration
 
 	// ShouldRetry, if set, replaces [IsTransient] in deciding which outcomes
-	// are retried, and with hedging which do not win; the method rule, the
-	// caller's context, the total timeout and the request's own failures
-	// still apply first. It must be safe for concurrent use, and must not
-	// modify or keep the request nor read or close the response body.
-	// Default nil: IsTransient.
+	// are retried, and with hedging which do not win. It must be safe for
+	// concurrent use, and must not modify or keep the request, nor read or
+	// close the response body.
 	ShouldRetry func(req *http.Request, resp *http.Response, err error) bool
 
-	// DelayFunc, if set, returns the delay before each retry, given a
-	// [DelayInfo]: zero retries at once, a negative value keeps the computed
-	// delay, and MaxDelay does not cap it. A Retry-After honoured wins over
-	// it; hedging does not use it. It is called from many calls at once: it
-	// must be safe for concurrent use and return quickly. Default nil: the
-	// computed delay.
+	// DelayFunc, if set, returns the delay before each retry: zero for none,
+	// negative for the computed one, uncapped by MaxDelay. An honoured
+	// Retry-After wins; hedging does not use it. It must be safe for
+	// concurrent use and return quickly.
 	DelayFunc func(DelayInfo) time.Duration
 }
 
-// HedgingOptions configures hedging, which replaces the retry layer when
-// enabled: while no attempt has an acceptable outcome, another follows after
-// Delay, up to MaxHedges more, and the first acceptable outcome wins. A
-// handled failure (one Retry.ShouldRetry or IsTransient would retry) sends
-// the next at once. Only requests the retry layer's method rule allows are
-// hedged. Each hedge needs a closed circuit; one that follows a failure is a
-// retry, and needs the retry budget. See docs/hedging.md.
+// HedgingOptions configures hedging, which replaces the retry layer: while
+// no attempt has an acceptable outcome, another follows after Delay (at once
+// after a handled failure), up to MaxHedges more, and the first acceptable
+// outcome wins. Only requests the method rule allows are hedged. Each hedge
+// needs a closed circuit, and one after a failure a retry budget token. See
+// docs/hedging.md.
 type HedgingOptions struct {
-	// Enabled turns hedging on, and the retry layer off. Default false;
-	// NewHedgingTransport sets it.
-	Enabled bool
+	Enabled   bool          // turns hedging on; NewHedgingTransport sets it
+	MaxHedges int           // attempts besides the first, at most 10; default 1
+	Delay     time.Duration // before the next attempt is sent; default 2s
 
-	// MaxHedges is how many attempts may be sent besides the first, at most
-	// 10. Default 1.
-	MaxHedges int
-
-	// Delay is how long an attempt runs before the next is sent, and with
-	// DelayPercentile, the delay until 100 attempts are seen. Default 2s.
-	Delay time.Duration
-
-	// DelayPercentile, in (0, 1), makes the delay adaptive: the attempts
-	// slower than this percentile of those of the last 5 to 10 seconds are
-	// hedged, within [MinDelay, MaxDelay]. Default 0: the fixed Delay.
+	// DelayPercentile, in (0, 1), makes the delay adaptive once 100 attempts
+	// have been seen: the attempts slower than this percentile of those of
+	// the last 5 to 10 seconds are hedged. Default 0: the fixed Delay.
 	DelayPercentile float64
+	MinDelay        time.Duration // shortest adaptive delay; default 1ms
+	MaxDelay        time.Duration // longest adaptive delay; default Delay
 
-	// MinDelay is the shortest adaptive delay. Default 1ms, or MaxDelay if
-	// shorter.
-	MinDelay time.Duration
-
-	// MaxDelay is the longest adaptive delay, at least MinDelay. Default
-	// Delay.
-	MaxDelay time.Duration
-
-	// MaxExtraLoad caps the hedges sent while an attempt still runs, in
-	// (0, 10]: at most this share of the calls of the last 10 seconds, plus
-	// one. A hedge refused is an EventHedgeCapped. Default 0.05;
-	// NoExtraLoadCap for no cap.
+	// MaxExtraLoad caps the hedges sent while an attempt runs at this share
+	// of the calls of the last 10 seconds, plus one, in (0, 10]; a hedge
+	// refused is an EventHedgeCapped. Default 0.05; NoExtraLoadCap: none.
 	MaxExtraLoad float64
 
-	// Endpoints, if set, spread a call's attempts over these base URLs
-	// instead of the request's: each hedge, or each retry without hedging,
-	// goes to another, as Routing says. Each endpoint has a circuit breaker
-	// of its own, so PerHost.Enabled is required. At most 16. Default nil:
-	// none; an empty non-nil list is an error.
+	// Endpoints, if set, are the base URLs a call's attempts go to instead
+	// of the request's, each hedge or retry to another, as Routing says.
+	// Each has its own circuit, so they need PerHost.Enabled. At most 16;
+	// an empty, non-nil list is an error. Default nil.
 	Endpoints []Endpoint
-
-	// Routing says how attempts are spread over Endpoints. Default
-	// RouteOrdered.
-	Routing Routing
+	Routing   Routing // how attempts go to Endpoints; default RouteOrdered
 }
 
 // RetryBudgetOptions configures the retry budget, shared by all the calls
-// of a handler (all its hosts, with PerHost). It is a bucket of MaxTokens
-// tokens, full at first. A retry, or a hedge that follows a failure, is
-// made only while a token is left that no retry in flight has claimed; one
-// that fails takes its token, one that succeeds puts back
-// RetrySuccessTokens, and a first attempt that succeeds puts back
-// TokenRatio. A call refused a retry ends on its last outcome, with an
-// EventBudgetExceeded. See docs/retries.md.
+// and hosts of a handler: a bucket of MaxTokens tokens, full at first. A
+// retry, or a hedge after a failure, needs a token no retry in flight has
+// claimed, and takes it if it fails; one that succeeds puts back
+// RetrySuccessTokens, and a first attempt that succeeds TokenRatio. A call
+// refused a retry ends on its last outcome. See docs/retries.md.
 type RetryBudgetOptions struct {
-	// Disabled turns the budget off: every retry the retry layer allows is
-	// made. Default false.
-	Disabled bool
-
-	// MaxTokens is the bucket's size, in [1, 1000]: how many failing retries
-	// in a row an upstream that fails every attempt gets. Default 25.
-	MaxTokens float64
-
-	// TokenRatio is the share of a token that a first attempt that succeeds
-	// puts back, in [0.001, 1]. Default 0.2.
-	TokenRatio float64
-
-	// RetrySuccessTokens is how many tokens a retry that succeeds puts back,
-	// in (0, 1000]. Default 6: retries go on while one in seven succeeds.
-	RetrySuccessTokens float64
+	Disabled           bool    // turns the budget off; default false
+	MaxTokens          float64 // in [1, 1000]; default 25
+	TokenRatio         float64 // in [0.001, 1]; default 0.2
+	RetrySuccessTokens float64 // in (0, 1000]; default 6
 }
 
-// CircuitBreakerOptions configures the circuit breaker. It counts attempts,
-// not calls: the circuit opens when at least MinimumThroughput attempts in
-// the last SamplingDuration include FailureRatio failures, and rejects calls
-// with [ErrCircuitOpen] until BreakDuration has passed and one probe has
-// succeeded. See docs/circuit-breaker.md.
+// CircuitBreakerOptions configures the circuit breaker. It counts attempts:
+// the circuit opens when at least MinimumThroughput attempts in the last
+// SamplingDuration include FailureRatio failures, and rejects calls with
+// [ErrCircuitOpen] until BreakDuration has passed and a probe succeeded.
+// See docs/circuit-breaker.md.
 type CircuitBreakerOptions struct {
-	// Disabled turns the circuit breaker off; Handler.IsolateCircuit still
-	// works. Default false.
-	Disabled bool
+	Disabled          bool    // turns it off; IsolateCircuit still works
+	FailureRatio      float64 // in (0, 1]; default 0.9
+	MinimumThroughput int     // default 100
 
-	// FailureRatio is the share of failed attempts that opens the circuit,
-	// in (0, 1]. Default 0.9.
-	FailureRatio float64
-
-	// MinimumThroughput is how many attempts the window must hold before
-	// the ratio counts. Default 100.
-	MinimumThroughput int
-
-	// SamplingDuration is the sliding window attempts are counted in, at
-	// least 1ms and twice AttemptTimeout. Default 30s, or twice
-	// AttemptTimeout if longer.
+	// SamplingDuration is at least 1ms and twice AttemptTimeout. Default 30s.
 	SamplingDuration time.Duration
-
-	// BreakDuration is how long the circuit stays open before it lets one
-	// probe through. Default 1s.
-	BreakDuration time.Duration
+	BreakDuration    time.Duration // default 1s
 
 	// ShouldHandle, if set, replaces IsTransient in deciding which attempt
 	// outcomes are failures; caller cancellation and the total timeout are
-	// never counted. Default nil: IsTransient.
+	// never counted.
 	ShouldHandle func(*http.Response, error) bool
 }
 
