@@ -13,24 +13,14 @@ import (
 const jitterFactor = 0.5
 
 // DelayInfo is what RetryOptions.DelayFunc is told about the next retry.
+// DelayFunc must not modify or keep Request, nor read or close the body of
+// Response: the caller may yet get it.
 type DelayInfo struct {
-	// Retry is the retry's number, from 1.
-	Retry int
-
-	// Delay is what the retry layer would wait without DelayFunc; zero
-	// when RetryOptions.Delay is negative.
-	Delay time.Duration
-
-	// Response is the failed attempt's response, or nil. Its body must not
-	// be read or closed: the caller may yet get it.
-	Response *http.Response
-
-	// Err is the failed attempt's error, or nil.
-	Err error
-
-	// Request is the caller's request. It must not be modified, nor kept
-	// once DelayFunc returns.
-	Request *http.Request
+	Retry    int            // the retry's number, from 1
+	Delay    time.Duration  // the computed delay; 0 if RetryOptions.Delay < 0
+	Response *http.Response // the failed attempt's response, or nil
+	Err      error          // the failed attempt's error, or nil
+	Request  *http.Request  // the caller's request
 }
 
 // newBackOff returns the delay sequence of one call's retries: all zero

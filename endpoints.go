@@ -46,13 +46,8 @@ func (r Routing) String() string {
 // An Endpoint is one place the attempts of a call can go: a deployment, a
 // replica or a region of the upstream. See HedgingOptions.Endpoints.
 type Endpoint struct {
-	// URL is the base an attempt's URL is put on: scheme://host[:port] and
-	// an optional path prefix, such as "https://eu.orders.internal/api".
-	URL string
-
-	// Weight is the endpoint's share of first attempts with RouteWeighted,
-	// at most 1000000. Default 1.
-	Weight int
+	URL    string // base: scheme://host[:port] and an optional path prefix
+	Weight int    // RouteWeighted's share, at most 1000000; default 1
 }
 
 // maxEndpoints bounds Hedging.Endpoints: a route keeps which endpoints a

@@ -9,41 +9,29 @@ import (
 )
 
 // Errors returned by a Transport, for errors.Is. The error RoundTrip returns
-// wraps one of them and its cause, and names the handler.
+// wraps one of them and its cause, and names the handler. The timeouts are
+// net.Errors whose Timeout is true, and context.DeadlineExceeded for
+// errors.Is.
 var (
-	// ErrCircuitOpen reports that the open or isolated circuit rejected the
-	// call unsent. The message says why the circuit opened.
+	// ErrCircuitOpen: the open or isolated circuit refused the call; the
+	// message says why it opened.
 	ErrCircuitOpen = errors.New("resilience: circuit open")
-
-	// ErrRateLimited reports that admission control refused the call: too
-	// many calls in flight and the queue full, or a rate exceeded.
+	// ErrRateLimited: admission control refused the call.
 	ErrRateLimited = errors.New("resilience: rate limited")
-
-	// ErrOverloaded reports that the overload limiter refused the call; the
-	// cause is an *OverloadError.
+	// ErrOverloaded: the overload limiter refused the call; its cause is an
+	// *OverloadError.
 	ErrOverloaded = errors.New("resilience: upstream overloaded")
-
-	// ErrTotalTimeout reports that the call ran past its total timeout. It
-	// is a net.Error whose Timeout is true, and context.DeadlineExceeded
-	// for errors.Is.
+	// ErrTotalTimeout: the call ran past its total timeout.
 	ErrTotalTimeout error = &timeoutError{"resilience: total timeout"}
-
-	// ErrAttemptTimeout reports that the last attempt got no response
-	// headers within its attempt timeout. It is a net.Error whose Timeout
-	// is true, and context.DeadlineExceeded for errors.Is.
+	// ErrAttemptTimeout: the last attempt got no headers in time.
 	ErrAttemptTimeout error = &timeoutError{"resilience: attempt timeout"}
 )
 
 // A RateLimitError is the cause under ErrRateLimited when a rate refused the
 // call. errors.As finds it in the error RoundTrip returns.
 type RateLimitError struct {
-	// Limit names the rate: "local" (RequestsPerSecond), "shared" or
-	// "server" (the quota the upstream announced).
-	Limit string
-
-	// RetryAfter is how long after the refusal the next permit is due, or
-	// zero if the rate cannot tell. Another call may take it first.
-	RetryAfter time.Duration
+	Limit      string        // the rate: "local", "shared" or "server"
+	RetryAfter time.Duration // when its next permit is due; 0 if unknown
 }
 
 func (e *RateLimitError) Error() string {

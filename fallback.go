@@ -38,43 +38,33 @@ const (
 
 // FallbackOptions configures the fallback layer, the outermost. When a GET
 // or HEAD fails because the circuit is open (or, with OnTransient, on a
-// transient failure), the caller gets the last good response kept for the
-// same request, labelled with Header, instead of the error; when none can
-// be served, the error wraps [ErrFallbackRefused]. See docs/fallback.md.
+// transient failure), the caller gets the last good response kept for it,
+// labelled, instead of the error, or an error that wraps
+// [ErrFallbackRefused]. See docs/fallback.md.
 type FallbackOptions struct {
-	// Enabled turns the fallback layer on. Default false.
-	Enabled bool
+	Enabled bool // turns the fallback layer on; default false
 
-	// MaxStale is the oldest a kept response may be, with the Age it came
-	// with, to be served; its stale-if-error=N, if any, bounds it instead.
-	// Default 10m.
+	// MaxStale is the oldest a kept response may be, its Age included, to
+	// be served, unless its stale-if-error=N says otherwise. Default 10m.
 	MaxStale time.Duration
 
-	// MaxEntryBytes is the largest body kept, at most MaxBytes. Default 1 MiB.
-	MaxEntryBytes int64
+	MaxEntryBytes int64 // largest body kept, at most MaxBytes; default 1 MiB
+	MaxBytes      int64 // the built-in store's bound; default 64 MiB
 
-	// MaxBytes bounds what the built-in store's entries hold, the least
-	// recently used forgotten first. Default 64 MiB.
-	MaxBytes int64
-
-	// Header is the response header that labels a served fallback "stale".
-	// Default "X-Resilience-Fallback". A field the label would overwrite
-	// (hop-by-hop, framing, Content-*, caching or Set-Cookie) is an error.
+	// Header labels a served fallback "stale"; a field the label would
+	// overwrite (hop-by-hop, framing, caching) is an error. Default
+	// "X-Resilience-Fallback".
 	Header string
 
 	// OnTransient also serves a fallback when retries ran out on a transient
-	// error or a 500, 502, 503 or 504 response, or the total timeout passed.
-	// Default false: only when the circuit is open or isolated.
+	// error or a 500, 502, 503 or 504, or on the total timeout. Default false.
 	OnTransient bool
 
-	// ShareCredentialed keeps responses to requests with credentials
-	// (Authorization, Cookie, userinfo), served only for the same ones.
-	// Default false: they are never kept.
+	// ShareCredentialed keeps responses to requests with credentials, for
+	// the same credentials only. Default false: they are never kept.
 	ShareCredentialed bool
 
-	// Store keeps the responses; a configuration file cannot set it.
-	// Default nil: the built-in store, bounded by MaxBytes.
-	Store FallbackStore
+	Store FallbackStore // nil: the built-in store; not in configuration files
 }
 
 // ErrFallbackRefused reports that the fallback layer could not answer a

@@ -8,17 +8,15 @@ import (
 	"time"
 )
 
-// A FallbackEntry is a response kept for the fallback layer. Neither a store
-// nor its users may modify one once it is Put.
+// A FallbackEntry is a response kept for the fallback layer, or with Vary
+// set, the request headers that the responses kept for its URL vary on.
+// Neither a store nor its users may modify one once it is Put.
 type FallbackEntry struct {
 	StatusCode int
 	Header     http.Header
 	Body       []byte
 	Stored     time.Time // when the response was kept (its body read to EOF)
-
-	// Vary, if not nil, marks an entry that holds no response: the kept
-	// responses for this URL vary on these request headers.
-	Vary []string
+	Vary       []string
 }
 
 // Size is what the entry counts against a store's bound: its body's

@@ -29,16 +29,9 @@ const defaultIdempotencyHeader = "Idempotency-Key"
 // set, decides every 409); a 422 always does. A request made with
 // WithRetryable(ctx, false) is left alone. See docs/idempotency.md.
 type IdempotencyOptions struct {
-	// Enabled declares that the upstream keeps the protocol. Default false.
-	Enabled bool
-
-	// Header is the request header that carries the key. Default
-	// "Idempotency-Key".
-	Header string
-
-	// Hedge lets a keyed write be hedged, not only retried. Default false:
-	// with Hedging enabled, a keyed write is sent once.
-	Hedge bool
+	Enabled bool   // the upstream keeps the protocol; default false
+	Header  string // the key's request header; default "Idempotency-Key"
+	Hedge   bool   // let Hedging hedge keyed writes, else sent once
 }
 
 // resolveIdempotency fills in the protocol's defaults and validates them.

@@ -6,19 +6,13 @@ import (
 	"sort"
 )
 
-// Changes is what Handlers.Apply did to the running handlers.
+// Changes is what Handlers.Apply did. The handlers of the upstreams
+// removed keep running for the clients that hold them. Changed lists, in
+// the order of Options, the fields a file can hold.
 type Changes struct {
-	// Added holds the upstreams new in the configuration, sorted.
-	Added []string
-
-	// Removed holds the upstreams no longer in it, sorted. Their handlers
-	// keep running for the clients that hold their transports.
-	Removed []string
-
-	// Changed holds, by upstream kept, the fields that changed, by their
-	// names in the file ("retry.maxRetries"), in the order of Options.
-	// Fields a file cannot hold, such as Logger, are applied but not listed.
-	Changed map[string][]string
+	Added   []string            // upstreams new in the configuration, sorted
+	Removed []string            // upstreams no longer in it, sorted
+	Changed map[string][]string // by upstream, fields changed: "retry.delay"
 }
 
 // Apply makes the running handlers follow c, a newly loaded configuration,

@@ -24,12 +24,8 @@ type SharedRate interface {
 
 // A SharedRateResult is a SharedRate's answer to Take.
 type SharedRateResult struct {
-	// Wait is zero with a permit, or else how long until the next is due.
-	Wait time.Duration
-
-	// Fallback, if not nil, says why the store answered from a local rate
-	// of its own rather than the shared one; see EventSharedRateFallback.
-	Fallback error
+	Wait     time.Duration // zero with a permit, or else time to the next
+	Fallback error         // if not nil, why the store used a local rate
 }
 
 // paceShared takes a permit of the shared rate sr, waiting for it when
