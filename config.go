@@ -20,16 +20,12 @@ type Config struct {
 	Upstreams map[string]Options
 }
 
-// LoadConfig reads a JSON configuration of named upstreams: an object whose
-// "upstreams" holds each upstream's Options by name, and whose "defaults"
-// holds the options every upstream starts from, field by field. A field is
-// named as in Options, in lower camel case ("attemptTimeout"); a duration
-// is a Go duration string ("250ms"). A zero means the default, as in
-// Options, but a zero that meant something else in earlier releases
-// (retry.maxRetries, retry.delay, circuitBreaker.minimumThroughput,
-// hedging.maxExtraLoad) is refused. Unknown keys, bad values and invalid
-// options are errors that name the upstream and the field. The input must
-// be one JSON object of at most 1 MiB. See docs/configuration.md.
+// LoadConfig reads a JSON configuration: "upstreams" holds each upstream's
+// Options by name, in lower camel case with durations such as "250ms", and
+// "defaults" what each starts from. A zero means the default, but the four
+// that meant something else before are refused. Errors name the upstream and
+// the field. The input is one JSON object, at most 1 MiB. See
+// docs/configuration.md.
 func LoadConfig(r io.Reader) (Config, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxConfigSize+1))
 	if err != nil {

@@ -49,12 +49,10 @@ const (
 	lruEntryOverhead    = 320
 )
 
-// A FallbackStore keeps the responses the fallback layer may serve, by key.
-// It must be safe for concurrent use, and may forget any entry at any time.
-// Put is called when a kept response's body reaches EOF, Get when a call
-// fails; ctx is the caller's request context. Both should return quickly,
-// and must return once ctx is done. A key names the request's target, never
-// its URL's userinfo. See docs/fallback.md.
+// A FallbackStore keeps the responses the fallback layer may serve, by key,
+// and may forget any at any time. It must be safe for concurrent use. Put
+// and Get get the caller's context, and must return quickly and once it is
+// done. See docs/fallback.md.
 type FallbackStore interface {
 	Get(ctx context.Context, key string) (*FallbackEntry, bool)
 	Put(ctx context.Context, key string, e *FallbackEntry)

@@ -15,9 +15,8 @@ import (
 // place where it can be, and replaced, carrying its state, where
 // failsafe-go's primitives are fixed when built.
 
-// Options returns the options the handler runs with, every default filled
-// in. Change a field and pass the result to Update to change only that one.
-// The slices are copies; the interfaces and functions are the handler's own.
+// Options returns the options the handler runs with, defaults filled in: to
+// change one field, change it in them and pass them to Update.
 func (h *Handler) Options() Options {
 	o := h.cfg.Load().Options
 	o.Retry.Methods = slices.Clone(o.Retry.Methods)
@@ -27,16 +26,11 @@ func (h *Handler) Options() Options {
 }
 
 // Update replaces the handler's options with opts, validated as NewHandler
-// does: an invalid value is an error that names the field and changes
-// nothing. An empty Name keeps the handler's name; another Name, or another
-// PerHost.Enabled, is an error. A call in flight finishes under the options
-// it started with, and every call that starts after Update returns runs
-// under the new ones. The handler keeps what it holds: its circuit and
-// isolation, every host, the retry budget's tokens, the permits in flight
-// and the kept responses. See docs/configuration.md.
-//
-// Update is safe for concurrent use, but must not be called from OnEvent or
-// Logger: some events about the circuit are sent while its lock is held.
+// does. An invalid value, another Name (an empty one keeps it) or another
+// PerHost.Enabled is an error that changes nothing. Calls in flight finish
+// under the options they started with. The handler keeps its state: circuit,
+// hosts, retry budget, permits and kept responses; see docs/configuration.md.
+// Update is safe for concurrent use, but not from OnEvent or Logger.
 func (h *Handler) Update(opts Options) error {
 	cfg, err := h.prepare(opts)
 	if err != nil {

@@ -15,12 +15,10 @@ type Changes struct {
 	Changed map[string][]string // by upstream, fields changed: "retry.delay"
 }
 
-// Apply makes the running handlers follow c, a newly loaded configuration,
-// and reports what changed. Every upstream is validated first, as
-// Handler.Update validates: any error changes nothing. Then each upstream
-// kept is updated in place, each new one gets a handler, and those c no
-// longer names are dropped from hs, their handlers left running. configure
-// is as for Config.Handlers. Apply is safe for concurrent use.
+// Apply validates every upstream of c, a newly loaded configuration, as
+// Handler.Update does, and then updates those kept, adds the new and drops
+// the others from hs; any error changes nothing. configure is as for
+// Config.Handlers. Apply is safe for concurrent use.
 func (hs *Handlers) Apply(c Config, configure func(name string, o *Options)) (Changes, error) {
 	if len(c.Upstreams) == 0 {
 		return Changes{}, fmt.Errorf("resilience: config: no upstream is configured")

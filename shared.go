@@ -7,18 +7,13 @@ import (
 	"time"
 )
 
-// A SharedRate is a rate that several processes share through a store, such
-// as a redislimit.Limiter. The handler takes a permit of it for every call
-// it admits, after the concurrency limit and the local rate; a permit taken
-// is spent, even if the call fails. It must be safe for concurrent use. See
-// docs/shared-rate-limit.md.
+// A SharedRate is a rate shared by processes through a store, such as a
+// redislimit.Limiter, of which every call takes a permit once admitted. It
+// must be safe for concurrent use. See docs/shared-rate-limit.md.
 type SharedRate interface {
-	// Take takes one permit of the rate named key: the handler's name, and
-	// with PerHost a space and the authority. A zero Wait is a permit; a
-	// positive one is none, and says when the next is due. An error of ctx
-	// is the caller's; any other refuses the call with ErrRateLimited, so a
-	// store that can answer without its backend should, and say so in
-	// Fallback.
+	// Take takes a permit of the rate named key (the handler's name, and with
+	// PerHost a space and the authority), or says in Wait when the next is
+	// due. An error other than ctx's refuses the call with ErrRateLimited.
 	Take(ctx context.Context, key string) (SharedRateResult, error)
 }
 

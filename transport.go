@@ -5,12 +5,10 @@ import (
 	"sync"
 )
 
-// Transport is an http.RoundTripper that sends each request through a
-// Handler to a base RoundTripper, never modifying the caller's request. As
-// with http.Transport, the caller must close the response body or read it to
-// EOF: the call holds its permit and its total timeout until then. The zero
-// Transport is the standard handler over http.DefaultTransport. A Transport
-// must not be copied after first use.
+// Transport is an http.RoundTripper that sends each request, unmodified,
+// through a Handler to a base RoundTripper; the zero Transport is the
+// standard handler over http.DefaultTransport. As with http.Transport, close
+// the response body or read it to EOF, and do not copy a Transport in use.
 type Transport struct {
 	h    *Handler
 	base http.RoundTripper
