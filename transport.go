@@ -5,10 +5,11 @@ import (
 	"sync"
 )
 
-// Transport is an http.RoundTripper that sends each request, unmodified,
-// through a Handler to a base RoundTripper; the zero Transport is the
-// standard handler over http.DefaultTransport. As with http.Transport, close
-// the response body or read it to EOF, and do not copy a Transport in use.
+// Transport is an http.RoundTripper that sends each request through a
+// Handler to a base RoundTripper; it never modifies the caller's request.
+// The zero Transport is the standard handler over http.DefaultTransport. As
+// with http.Transport, close the response body or read it to EOF, and do not
+// copy a Transport in use.
 type Transport struct {
 	h    *Handler
 	base http.RoundTripper
