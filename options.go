@@ -83,10 +83,9 @@ type Options struct {
 }
 
 // OverloadOptions configures the overload limiter: an adaptive limit on the
-// attempts in flight to the upstream until their headers arrive, which
-// follows their latency and shrinks on congestion. A call whose first
-// attempt gets no slot in time fails with [ErrOverloaded]; a retry or hedge
-// over the limit may be shed. See docs/overload.md.
+// attempts awaiting headers from the upstream, by their latency and losses.
+// A call whose first attempt gets no slot in time fails with
+// [ErrOverloaded]; a retry or hedge may be shed. See docs/overload.md.
 type OverloadOptions struct {
 	Disabled     bool          // turns the limiter off; default false
 	MinLimit     int           // fewest attempts in flight allowed; default 8
@@ -105,32 +104,30 @@ const (
 	defaultOverloadMaxQueueWait = time.Second
 )
 
-// RateLimitOptions configures admission control: a limit on the calls in
-// flight, an optional rate, and pacing by the quota the upstream announces.
-// A call refused fails with [ErrRateLimited]. A call holds its permit until
-// its response body is closed or read to EOF, or its total timeout ends it.
+// RateLimitOptions configures admission control: the calls in flight, a
+// rate, and the quota the upstream announces; a call refused fails with
+// [ErrRateLimited]. A permit is held until the response body is closed or
+// read to EOF, or the total timeout ends the call.
 type RateLimitOptions struct {
 	Disabled      bool // turns admission control off; default false
 	MaxConcurrent int  // most calls in flight; default 1000
 	MaxQueue      int  // calls that may wait for a permit; default 0
 
-	// RequestsPerSecond, if positive, is the rate at which calls may start,
-	// and Burst, which needs it, how many may start at once. Default 0: no
-	// rate, and calls spaced evenly.
+	// RequestsPerSecond, if positive, is the rate calls may start at, and
+	// Burst, which needs it, how many at once. Default 0, and 0: even spacing.
 	RequestsPerSecond float64
 	Burst             int
 
-	// Wait makes a call over a rate wait for its permit, if it is due before
-	// the call's deadline, instead of failing at once; it holds its
-	// concurrency permit meanwhile. Default false.
+	// Wait makes a call over a rate wait for a permit due before its
+	// deadline, holding its concurrency permit, not fail. Default false.
 	Wait bool
 
 	// Shared, if set, is a rate shared with other processes, such as a
 	// redislimit.Limiter. A configuration file cannot set it. Default nil.
 	Shared SharedRate
 
-	// IgnoreServerQuota stops the pacing of calls by the quota the upstream
-	// announces in RateLimit or X-RateLimit-* fields, with 429s or not.
+	// IgnoreServerQuota stops calls being held back, as Wait says, by the
+	// quota the upstream announces in RateLimit or X-RateLimit-* fields.
 	// Default false. See docs/server-pacing.md.
 	IgnoreServerQuota bool
 
@@ -143,11 +140,10 @@ type RateLimitOptions struct {
 // (scheme://host:port) gets its own circuit breaker, admission control and
 // overload limiter. See docs/per-host.md.
 type PerHostOptions struct {
-	Enabled bool // turns it on; Handler.Update cannot change it
+	Enabled bool // turns isolation on; Update cannot change it
 
-	// MaxHosts is how many hosts are kept; meeting one more forgets the
-	// least recently used idle one. A host with a call in flight or an
-	// open circuit is never forgotten. Default 1000.
+	// MaxHosts is how many hosts are kept, more only while in use (a call in
+	// flight, or an open circuit). Default 1000.
 	MaxHosts int
 
 	IdleTimeout time.Duration // forget a host idle this long; default 5m
@@ -175,11 +171,10 @@ func (b BackoffType) String() string {
 	return fmt.Sprintf("BackoffType(%d)", int(b))
 }
 
-// RetryOptions configures the retry layer. It retries the transient
-// failures ([IsTransient], or ShouldRetry) of requests safe to repeat, by
-// default GETs. A retry waits for a delay, or a 429's or 503's Retry-After,
-// unless the wait would end past the call's deadline: then the caller gets
-// the failed attempt's outcome at once. See docs/retries.md.
+// RetryOptions configures the retry layer, which retries the transient
+// failures of requests safe to repeat. A retry waits for a delay or a 429's
+// or 503's Retry-After, unless the wait would end past the call's deadline:
+// the caller then gets the failed attempt's outcome. See docs/retries.md.
 type RetryOptions struct {
 	Disabled   bool // turns retries off; default false
 	MaxRetries int  // repeats after the first attempt; default 3
@@ -198,62 +193,55 @@ type RetryOptions struct {
 	Methods        []string
 	ExcludeMethods []string
 
-	// IgnoreRetryAfter makes retries wait the computed delay, not a
-	// Retry-After. MaxRetryAfter is the longest Retry-After waited: after a
-	// longer one the caller gets the response at once. Default false, and 0:
-	// no cap.
+	// IgnoreRetryAfter makes retries wait the computed delay instead of a
+	// Retry-After; after one over MaxRetryAfter, the caller gets the response
+	// at once. Default false, and 0: no cap.
 	IgnoreRetryAfter bool
 	MaxRetryAfter    time.Duration
 
-	// ShouldRetry, if set, replaces [IsTransient] in deciding which outcomes
-	// are retried, and with hedging which do not win. It must be safe for
-	// concurrent use, and must not modify or keep the request, nor read or
-	// close the response body.
+	// ShouldRetry, if set, replaces [IsTransient], for hedges too. It must be
+	// safe for concurrent use, and must not modify or keep the request, nor
+	// read or close the response body.
 	ShouldRetry func(req *http.Request, resp *http.Response, err error) bool
 
-	// DelayFunc, if set, returns the delay before each retry: zero for none,
-	// negative for the computed one, uncapped by MaxDelay. An honoured
-	// Retry-After wins; hedging does not use it. It must be safe for
-	// concurrent use and return quickly.
+	// DelayFunc, if set, returns the delay before each retry, uncapped by
+	// MaxDelay; negative keeps the computed one. An honoured Retry-After wins.
+	// It must be safe for concurrent use and return quickly.
 	DelayFunc func(DelayInfo) time.Duration
 }
 
 // HedgingOptions configures hedging, which replaces the retry layer: while
 // no attempt has an acceptable outcome, another follows after Delay (at once
-// after a handled failure), up to MaxHedges more, and the first acceptable
-// outcome wins. Only requests the method rule allows are hedged. Each hedge
-// needs a closed circuit, and one after a failure a retry budget token. See
-// docs/hedging.md.
+// after a failure), up to MaxHedges more; the first acceptable outcome wins.
+// Only requests the method rule allows are hedged. Each hedge needs a closed
+// circuit, and one after a failure a budget token. See docs/hedging.md.
 type HedgingOptions struct {
 	Enabled   bool          // turns hedging on; NewHedgingTransport sets it
 	MaxHedges int           // attempts besides the first, at most 10; default 1
 	Delay     time.Duration // before the next attempt is sent; default 2s
 
-	// DelayPercentile, in (0, 1), makes the delay adaptive once 100 attempts
-	// have been seen: the attempts slower than this percentile of those of
-	// the last 5 to 10 seconds are hedged. Default 0: the fixed Delay.
+	// DelayPercentile, in (0, 1), hedges the attempts slower than this
+	// percentile of the last 5-10s' latencies, once 100 are seen. Default 0.
 	DelayPercentile float64
 	MinDelay        time.Duration // shortest adaptive delay; default 1ms
 	MaxDelay        time.Duration // longest adaptive delay; default Delay
 
 	// MaxExtraLoad caps the hedges sent while an attempt runs at this share
-	// of the calls of the last 10 seconds, plus one, in (0, 10]; a hedge
-	// refused is an EventHedgeCapped. Default 0.05; NoExtraLoadCap: none.
+	// of the last 10s' calls, plus one: in (0, 10], or NoExtraLoadCap for no
+	// cap. Default 0.05.
 	MaxExtraLoad float64
 
-	// Endpoints, if set, are the base URLs a call's attempts go to instead
-	// of the request's, each hedge or retry to another, as Routing says.
-	// Each has its own circuit, so they need PerHost.Enabled. At most 16;
-	// an empty, non-nil list is an error. Default nil.
+	// Endpoints, if set, are the base URLs of the attempts, each hedge or
+	// retry to another; they need PerHost.Enabled. At most 16, none by
+	// default; an empty, non-nil list is an error.
 	Endpoints []Endpoint
 	Routing   Routing // how attempts go to Endpoints; default RouteOrdered
 }
 
-// RetryBudgetOptions configures the retry budget, shared by all the calls
-// and hosts of a handler: a bucket of MaxTokens tokens, full at first. A
-// retry, or a hedge after a failure, needs a token no retry in flight has
-// claimed, and takes it if it fails; one that succeeds puts back
-// RetrySuccessTokens, and a first attempt that succeeds TokenRatio. A call
+// RetryBudgetOptions configures a handler's retry budget: a bucket of
+// MaxTokens tokens, full at first. A retry, or a hedge after a failure,
+// needs an unclaimed token and takes it if it fails; one that succeeds puts
+// back RetrySuccessTokens, a first attempt that succeeds TokenRatio. A call
 // refused a retry ends on its last outcome. See docs/retries.md.
 type RetryBudgetOptions struct {
 	Disabled           bool    // turns the budget off; default false
@@ -262,11 +250,10 @@ type RetryBudgetOptions struct {
 	RetrySuccessTokens float64 // in (0, 1000]; default 6
 }
 
-// CircuitBreakerOptions configures the circuit breaker. It counts attempts:
-// the circuit opens when at least MinimumThroughput attempts in the last
-// SamplingDuration include FailureRatio failures, and rejects calls with
-// [ErrCircuitOpen] until BreakDuration has passed and a probe succeeded.
-// See docs/circuit-breaker.md.
+// CircuitBreakerOptions configures the circuit breaker: the circuit opens
+// when at least MinimumThroughput attempts in the last SamplingDuration
+// include FailureRatio failures, and fails calls with [ErrCircuitOpen] until,
+// after BreakDuration, a probe succeeds. See docs/circuit-breaker.md.
 type CircuitBreakerOptions struct {
 	Disabled          bool    // turns it off; IsolateCircuit still works
 	FailureRatio      float64 // in (0, 1]; default 0.9
@@ -276,9 +263,8 @@ type CircuitBreakerOptions struct {
 	SamplingDuration time.Duration
 	BreakDuration    time.Duration // default 1s
 
-	// ShouldHandle, if set, replaces IsTransient in deciding which attempt
-	// outcomes are failures; caller cancellation and the total timeout are
-	// never counted.
+	// ShouldHandle, if set, replaces IsTransient; the caller's cancellation
+	// and the total timeout never count.
 	ShouldHandle func(*http.Response, error) bool
 }
 
