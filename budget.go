@@ -2,7 +2,6 @@ package resilience
 
 import "github.com/resilienthttp/resilience/internal/budget"
 
-// ErrBudgetExhausted is why the retry budget refused a retry: the Err of an
-// EventBudgetExceeded, which wraps the outcome not retried, if an error.
-// The caller gets that outcome, never this error.
+// ErrBudgetExhausted is the Err of an EventBudgetExceeded, wrapping the
+// error not retried, if any; the caller gets that outcome, not this error.
 var ErrBudgetExhausted = budget.ErrExhausted

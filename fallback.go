@@ -67,17 +67,15 @@ type FallbackOptions struct {
 	Store FallbackStore // nil: the built-in store; not in configuration files
 }
 
-// ErrFallbackRefused reports that the fallback layer could not answer a
-// failed call. The error wraps the call's error and the reason,
-// [ErrFallbackIneligible], [ErrFallbackNone] or [ErrFallbackTooStale], each
-// of which is ErrFallbackRefused for errors.Is.
+// ErrFallbackRefused: no kept response could answer the failed call. The
+// error wraps the call's error and the reason, which is ErrFallbackRefused
+// for errors.Is.
 var ErrFallbackRefused = errors.New("resilience: fallback refused")
 
 // Why a fallback was refused.
 var (
-	// ErrFallbackIneligible: the request may not be answered from a kept
-	// response (not a GET or HEAD, no-store, or credentials without
-	// ShareCredentialed).
+	// ErrFallbackIneligible: not a GET or HEAD, no-store, or credentials
+	// without ShareCredentialed.
 	ErrFallbackIneligible error = &fallbackReason{"ineligible"}
 	// ErrFallbackNone: no response is kept for the request.
 	ErrFallbackNone error = &fallbackReason{"none kept"}

@@ -19,8 +19,7 @@ type FallbackEntry struct {
 	Vary       []string
 }
 
-// Size is what the entry counts against a store's bound: its body's
-// capacity, and its header's names and values with their overhead.
+// Size is what the entry counts against a store's bound, in bytes.
 func (e *FallbackEntry) Size() int64 {
 	n := int64(cap(e.Body))
 	for k, vs := range e.Header {

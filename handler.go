@@ -10,11 +10,9 @@ import (
 	"github.com/resilienthttp/resilience/internal/hedgestats"
 )
 
-// A Handler is the resilience stack of one upstream, not an http.Handler:
-// the state all its calls share, such as its circuit, limits and retry
-// budget. Share one among the clients of an upstream through its Transport
-// method. It is safe for concurrent use, and Update changes its options
-// while it runs.
+// A Handler is the resilience stack of one upstream (not an http.Handler):
+// the state its calls share. Share one among the upstream's clients through
+// its Transport method. It is safe for concurrent use.
 type Handler struct {
 	cfg atomic.Pointer[config] // the current options; each call loads them once (live.go)
 	mu  sync.Mutex             // serialises Update
@@ -97,9 +95,7 @@ func (s CircuitState) String() string {
 }
 
 // CircuitState reports the state of the handler's circuit, with PerHost the
-// least healthy host's; without a circuit breaker, it is closed unless
-// isolated. An open circuit whose BreakDuration has passed is
-// CircuitHalfOpen: the next call is its probe.
+// least healthy host's. Past BreakDuration, an open circuit is half-open.
 func (h *Handler) CircuitState() CircuitState {
 	if h.isolated.Load() {
 		return CircuitIsolated
@@ -132,9 +128,8 @@ func (h *Handler) HostCircuitStates() map[string]CircuitState {
 	return states
 }
 
-// IsolateCircuit holds the circuit open, every host's with PerHost, until
-// CloseCircuit: calls fail with ErrCircuitOpen, even with the circuit breaker
-// disabled.
+// IsolateCircuit holds the circuit open (every host's, with PerHost) until
+// CloseCircuit, even with the circuit breaker disabled.
 func (h *Handler) IsolateCircuit() {
 	if !h.isolated.Swap(true) {
 		h.emit(Event{Kind: EventCircuitOpened, Err: ErrIsolated})

@@ -8,8 +8,8 @@ import (
 
 // Health is a report of handlers' circuits, for a health endpoint.
 type Health struct {
-	// Status is "healthy" when every circuit is closed, and "degraded" when
-	// one is not or an overload limiter refused a call in the last second.
+	// Status is "healthy", or "degraded" while a circuit is not closed or
+	// an overload limiter refuses calls.
 	Status   string                   `json:"status"`
 	Handlers map[string]HandlerHealth `json:"handlers"`
 }
@@ -20,8 +20,7 @@ type HandlerHealth struct {
 	Reason  string            `json:"reason,omitempty"` // why the circuit opened, while it is not closed
 	Hosts   map[string]string `json:"hosts,omitempty"`  // with PerHost, each host's circuit
 
-	// Overload is the overload limiter's state, by host with PerHost and
-	// under "" without; absent when Options.Overload is off.
+	// Overload is the handler's OverloadStats.
 	Overload map[string]OverloadStats `json:"overload,omitempty"`
 }
 

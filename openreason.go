@@ -11,8 +11,8 @@ import (
 	"github.com/resilienthttp/resilience/internal/redact"
 )
 
-// ErrIsolated is why a circuit held open by Handler.IsolateCircuit is open:
-// the Err of its events, and the cause under ErrCircuitOpen.
+// ErrIsolated is why Handler.IsolateCircuit's circuit is open, in its events
+// and under ErrCircuitOpen.
 var ErrIsolated = errors.New("resilience: isolated by IsolateCircuit")
 
 // Bounds of the text an open circuit keeps to say why it opened. The reason

@@ -36,9 +36,8 @@ func withOverride(ctx context.Context, set func(*overrides)) context.Context {
 	return context.WithValue(ctx, overridesKey{}, &o)
 }
 
-// WithRetryable returns a context whose requests the method rule does not
-// judge: true lets a request of any method be repeated, false keeps even a
-// GET from being repeated. Only transient failures are retried still.
+// WithRetryable returns a context whose requests are safe to repeat
+// whatever their method, or, if retryable is false, never.
 func WithRetryable(ctx context.Context, retryable bool) context.Context {
 	return withOverride(ctx, func(o *overrides) {
 		o.retryable = -1
@@ -55,8 +54,7 @@ func WithAttemptTimeout(ctx context.Context, d time.Duration) context.Context {
 }
 
 // WithTotalTimeout returns a context whose requests have d as their total
-// timeout instead of TotalTimeout; a negative d turns it off, leaving the
-// context's own deadline.
+// timeout instead of TotalTimeout; a negative d turns it off.
 func WithTotalTimeout(ctx context.Context, d time.Duration) context.Context {
 	return withOverride(ctx, func(o *overrides) { o.total, o.hasTotal = d, true })
 }

@@ -16,9 +16,8 @@ type Transport struct {
 	once sync.Once // makes the zero value's handler
 }
 
-// NewTransport returns a Transport over base, or over http.DefaultTransport
-// if base is nil, with a Handler of its own built from opts. To share one
-// upstream's state among clients, use NewHandler and Handler.Transport.
+// NewTransport returns a Transport over base (nil: http.DefaultTransport)
+// with a Handler of its own; to share one, use [Handler.Transport].
 func NewTransport(base http.RoundTripper, opts Options) (*Transport, error) {
 	h, err := NewHandler(opts)
 	if err != nil {
@@ -27,9 +26,8 @@ func NewTransport(base http.RoundTripper, opts Options) (*Transport, error) {
 	return h.Transport(base), nil
 }
 
-// NewHedgingTransport returns a Transport with the standard hedging handler,
-// as .NET's AddStandardHedgingHandler: it is NewTransport with
-// Hedging.Enabled and PerHost.Enabled set.
+// NewHedgingTransport is NewTransport with Hedging.Enabled and
+// PerHost.Enabled set: .NET's standard hedging handler.
 func NewHedgingTransport(base http.RoundTripper, opts Options) (*Transport, error) {
 	opts.Hedging.Enabled = true
 	opts.PerHost.Enabled = true
@@ -48,8 +46,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.h.roundTrip(t.base, req)
 }
 
-// CloseIdleConnections closes the idle connections of the base
-// RoundTripper, if it has such a method.
+// CloseIdleConnections calls the base RoundTripper's CloseIdleConnections,
+// if any.
 func (t *Transport) CloseIdleConnections() {
 	t.init()
 	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
