@@ -20,12 +20,11 @@ type Config struct {
 	Upstreams map[string]Options
 }
 
-// LoadConfig reads a JSON configuration: "upstreams" holds each upstream's
-// Options by name, in lower camel case with durations such as "250ms", and
-// "defaults" what each starts from. A zero means the default, but the four
-// that meant something else before are refused. Errors name the upstream and
-// the field. The input is one JSON object, at most 1 MiB. See
-// docs/configuration.md.
+// LoadConfig reads a JSON configuration of at most 1 MiB: "upstreams" holds
+// each upstream's Options by name, in lower camel case with durations such
+// as "250ms", and "defaults" what each starts from. A zero is the default,
+// but four that meant otherwise before are refused. Errors name the upstream
+// and the field. See docs/configuration.md.
 func LoadConfig(r io.Reader) (Config, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxConfigSize+1))
 	if err != nil {

@@ -12,9 +12,8 @@ import (
 // uniformly random value in [d*(1-f), d*(1+f)].
 const jitterFactor = 0.5
 
-// DelayInfo is what RetryOptions.DelayFunc is told about the next retry.
-// DelayFunc must not modify or keep Request, nor read or close the body of
-// Response: the caller may yet get it.
+// DelayInfo is what RetryOptions.DelayFunc is told about the next retry. It
+// must not modify or keep Request, nor read or close Response's body.
 type DelayInfo struct {
 	Retry    int            // the retry's number, from 1
 	Delay    time.Duration  // the computed delay; 0 if RetryOptions.Delay < 0

@@ -24,13 +24,8 @@ type Routing int
 
 // Routing modes. The zero value is RouteOrdered.
 const (
-	// RouteOrdered sends the first attempt to the first endpoint and each
-	// further one to the next, wrapping around: a primary, then failovers.
-	RouteOrdered Routing = iota
-
-	// RouteWeighted picks each attempt's endpoint at random by Weight,
-	// among those the call has not tried yet while there are any.
-	RouteWeighted
+	RouteOrdered  Routing = iota // from the first endpoint, each to the next
+	RouteWeighted                // at random by Weight, untried ones first
 )
 
 func (r Routing) String() string {

@@ -8,10 +8,9 @@ import (
 	"time"
 )
 
-// Errors returned by a Transport, for errors.Is. The error RoundTrip returns
-// wraps one of them and its cause, and names the handler. The timeouts are
-// net.Errors whose Timeout is true, and context.DeadlineExceeded for
-// errors.Is.
+// Errors of a Transport, for errors.Is. The error RoundTrip returns wraps
+// one and its cause, and names the handler. The timeouts are net.Errors
+// whose Timeout is true, and context.DeadlineExceeded.
 var (
 	// ErrCircuitOpen: the open or isolated circuit refused the call; the
 	// message says why it opened.

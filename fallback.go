@@ -36,10 +36,9 @@ const (
 	defaultFallbackHeader        = "X-Resilience-Fallback"
 )
 
-// FallbackOptions configures the fallback layer, the outermost. When a GET
-// or HEAD fails because the circuit is open (or, with OnTransient, on a
-// transient failure), the caller gets the last good response kept for it,
-// labelled, instead of the error, or an error that wraps
+// FallbackOptions configures the fallback layer: a GET or HEAD that fails
+// on an open circuit (or, with OnTransient, a transient failure) gets the
+// last good response kept for it, labelled, or an error that wraps
 // [ErrFallbackRefused]. See docs/fallback.md.
 type FallbackOptions struct {
 	Enabled bool // turns the fallback layer on; default false
@@ -51,9 +50,8 @@ type FallbackOptions struct {
 	MaxEntryBytes int64 // largest body kept, at most MaxBytes; default 1 MiB
 	MaxBytes      int64 // the built-in store's bound; default 64 MiB
 
-	// Header labels a served fallback "stale"; a field the label would
-	// overwrite (hop-by-hop, framing, caching) is an error. Default
-	// "X-Resilience-Fallback".
+	// Header labels a served fallback "stale". Default "X-Resilience-Fallback";
+	// a field the label would overwrite (hop-by-hop, caching) is an error.
 	Header string
 
 	// OnTransient also serves a fallback when retries ran out on a transient

@@ -21,13 +21,11 @@ import (
 const defaultIdempotencyHeader = "Idempotency-Key"
 
 // IdempotencyOptions declares that the upstream keeps the idempotency-key
-// protocol: it stores each key's outcome durably, as the idempotency package
-// does. With Enabled, a request whose method is not safe gets a key, unless
-// it has one, and is retried like a GET, every attempt with the same key. A
-// 409 that says the key's first request still runs is retried after its
-// Retry-After, and any other reaches the caller (Retry.ShouldRetry, if
-// set, decides every 409); a 422 always does. A request made with
-// WithRetryable(ctx, false) is left alone. See docs/idempotency.md.
+// protocol, storing each key's outcome durably, as the idempotency package
+// does. A request whose method is not safe then gets a key, unless it has
+// one, and is retried like a GET. A 409 saying its first request still runs
+// is retried after its Retry-After; other 409s (unless Retry.ShouldRetry
+// says) and 422s reach the caller. See docs/idempotency.md.
 type IdempotencyOptions struct {
 	Enabled bool   // the upstream keeps the protocol; default false
 	Header  string // the key's request header; default "Idempotency-Key"

@@ -34,12 +34,11 @@ const (
 )
 
 // Options configures a [Handler]; the zero value is the standard handler.
-// A zero field means its default, which yields to an explicit value it
-// would contradict; explicit values that contradict each other are an error
-// that names them, and so is a negative value, unless its field gives it a
-// meaning. The layers run in this order, outermost first: Fallback,
-// RateLimit, TotalTimeout, Retry or Hedging, CircuitBreaker, Overload,
-// AttemptTimeout. See docs/defaults.md.
+// A zero field means its default, which yields to an explicit value it would
+// contradict. Contradicting values, and negative ones unless their field
+// gives them a meaning, are errors that name the field. The layers run
+// outermost first: Fallback, RateLimit, TotalTimeout, Retry or Hedging,
+// CircuitBreaker, Overload, AttemptTimeout. See docs/defaults.md.
 type Options struct {
 	Name      string           // for errors, events, logs; default "standard"
 	RateLimit RateLimitOptions // admission control, on by default
@@ -136,9 +135,8 @@ type RateLimitOptions struct {
 	PauseOn429 bool
 }
 
-// PerHostOptions configures per-host isolation: every authority
-// (scheme://host:port) gets its own circuit breaker, admission control and
-// overload limiter. See docs/per-host.md.
+// PerHostOptions configures per-host isolation: each authority
+// (scheme://host:port) gets its own circuit breaker and limits.
 type PerHostOptions struct {
 	Enabled bool // turns isolation on; Update cannot change it
 

@@ -411,9 +411,8 @@ func (h *Handler) OverloadStats() map[string]OverloadStats {
 	return out
 }
 
-// OverloadError is why the overload limiter refused a call: the attempts in
-// flight were at the limit, and the queue was full or the wait too long. It
-// is ErrOverloaded for errors.Is.
+// OverloadError is why the overload limiter refused a call, at its limit
+// with the queue full or the wait too long. It is ErrOverloaded for errors.Is.
 type OverloadError struct {
 	Limit    int           // attempts allowed in flight when it refused
 	InFlight int           // attempts in flight then

@@ -6,19 +6,17 @@ import (
 	"sort"
 )
 
-// Changes is what Handlers.Apply did. The handlers of the upstreams
-// removed keep running for the clients that hold them. Changed lists, in
-// the order of Options, the fields a file can hold.
+// Changes is what Handlers.Apply did. Removed upstreams' handlers keep
+// running; Changed lists fields a file can hold, in the order of Options.
 type Changes struct {
 	Added   []string            // upstreams new in the configuration, sorted
 	Removed []string            // upstreams no longer in it, sorted
 	Changed map[string][]string // by upstream, fields changed: "retry.delay"
 }
 
-// Apply validates every upstream of c, a newly loaded configuration, as
-// Handler.Update does, and then updates those kept, adds the new and drops
-// the others from hs; any error changes nothing. configure is as for
-// Config.Handlers. Apply is safe for concurrent use.
+// Apply validates every upstream of c as Handler.Update does, then updates
+// those kept, adds the new and drops the rest from hs; an error changes
+// nothing. configure is as for Config.Handlers. It is safe to call at any time.
 func (hs *Handlers) Apply(c Config, configure func(name string, o *Options)) (Changes, error) {
 	if len(c.Upstreams) == 0 {
 		return Changes{}, fmt.Errorf("resilience: config: no upstream is configured")

@@ -5,10 +5,9 @@ import (
 	"time"
 )
 
-// A Report says what happened to one call: ask for one with [WithReport].
-// It covers every RoundTrip made with its context, so every redirect
-// http.Client follows: Attempts and Waited add up, the flags are true if
-// they were for any hop, and Endpoint and IdempotencyKey are the last hop's.
+// A Report says what happened to a call made with [WithReport]'s context,
+// every redirect http.Client follows included: Attempts and Waited add up,
+// flags are true if true for any hop, the strings are the last hop's.
 type Report struct {
 	Attempts        int           // how many attempts were sent
 	Waited          time.Duration // time spent waiting between attempts
