@@ -14,8 +14,7 @@ import (
 	"time"
 )
 
-// Config is a set of named upstreams, each with the Options of its handler,
-// as read by LoadConfig.
+// Config is the Options of named upstreams, as LoadConfig reads them.
 type Config struct {
 	Upstreams map[string]Options
 }

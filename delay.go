@@ -12,7 +12,7 @@ import (
 // uniformly random value in [d*(1-f), d*(1+f)].
 const jitterFactor = 0.5
 
-// DelayInfo is what RetryOptions.DelayFunc is told about the next retry. It
+// DelayInfo is what RetryOptions.DelayFunc is told of the next retry; it
 // must not modify or keep Request, nor read or close Response's body.
 type DelayInfo struct {
 	Retry    int            // the retry's number, from 1

@@ -51,7 +51,7 @@ type FallbackOptions struct {
 	MaxBytes      int64 // the built-in store's bound; default 64 MiB
 
 	// Header labels a served fallback "stale". Default "X-Resilience-Fallback";
-	// a field the label would overwrite (hop-by-hop, caching) is an error.
+	// a field the label would overwrite, such as Age or Vary, is an error.
 	Header string
 
 	// OnTransient also serves a fallback when retries ran out on a transient
@@ -65,12 +65,11 @@ type FallbackOptions struct {
 	Store FallbackStore // nil: the built-in store; not in configuration files
 }
 
-// ErrFallbackRefused: no kept response could answer the failed call. The
-// error wraps the call's error and the reason, which is ErrFallbackRefused
-// for errors.Is.
+// ErrFallbackRefused reports that no kept response could answer a failed
+// call; it wraps the call's error and the reason, such as ErrFallbackNone.
 var ErrFallbackRefused = errors.New("resilience: fallback refused")
 
-// Why a fallback was refused.
+// Why a fallback was refused; each is ErrFallbackRefused for errors.Is.
 var (
 	// ErrFallbackIneligible: not a GET or HEAD, no-store, or credentials
 	// without ShareCredentialed.

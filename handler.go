@@ -60,8 +60,8 @@ func NewHandler(opts Options) (*Handler, error) {
 // Name returns the handler's name, as used in errors, events and logs.
 func (h *Handler) Name() string { return h.cfg.Load().Name }
 
-// Transport returns a Transport that sends requests through the handler to
-// base, or to http.DefaultTransport if base is nil.
+// Transport returns a Transport through the handler to base, or to
+// http.DefaultTransport if base is nil.
 func (h *Handler) Transport(base http.RoundTripper) *Transport {
 	if base == nil {
 		base = http.DefaultTransport

@@ -26,11 +26,11 @@ func (h *Handler) Options() Options {
 }
 
 // Update replaces the handler's options with opts, validated as NewHandler
-// does. An invalid value, another Name (an empty one keeps it) or another
-// PerHost.Enabled is an error that changes nothing. Calls in flight finish
-// under their options; the handler keeps its circuit, hosts, budget, permits
-// and kept responses (docs/configuration.md). Update is safe for concurrent
-// use, but not from OnEvent or Logger.
+// does; an invalid value, another Name (an empty one keeps it) or another
+// PerHost.Enabled is an error that changes nothing. Calls in flight keep
+// their options; the handler keeps its circuit, hosts, budget, permits and
+// kept responses (docs/configuration.md). Do not call it from OnEvent or
+// Logger.
 func (h *Handler) Update(opts Options) error {
 	cfg, err := h.prepare(opts)
 	if err != nil {

@@ -113,12 +113,12 @@ type RateLimitOptions struct {
 	MaxQueue      int  // calls that may wait for a permit; default 0
 
 	// RequestsPerSecond, if positive, is the rate calls may start at, and
-	// Burst, which needs it, how many at once. Default 0, and 0: even spacing.
+	// Burst, which needs it, how many at once (0: spaced evenly). Default 0.
 	RequestsPerSecond float64
 	Burst             int
 
-	// Wait makes a call over a rate wait for a permit due before its
-	// deadline, holding its concurrency permit, not fail. Default false.
+	// Wait makes a call over a rate wait, holding its concurrency permit, for
+	// a permit due before its deadline, instead of failing. Default false.
 	Wait bool
 
 	// Shared, if set, is a rate shared with other processes, such as a
@@ -216,7 +216,7 @@ type RetryOptions struct {
 type HedgingOptions struct {
 	Enabled   bool          // turns hedging on; NewHedgingTransport sets it
 	MaxHedges int           // attempts besides the first, at most 10; default 1
-	Delay     time.Duration // before the next attempt is sent; default 2s
+	Delay     time.Duration // how long before the next attempt; default 2s
 
 	// DelayPercentile, in (0, 1), hedges the attempts slower than this
 	// percentile of the last 5-10s' latencies, once 100 are seen. Default 0.
@@ -236,11 +236,12 @@ type HedgingOptions struct {
 	Routing   Routing // how attempts go to Endpoints; default RouteOrdered
 }
 
-// RetryBudgetOptions configures a handler's retry budget: a bucket of
-// MaxTokens tokens, full at first. A retry, or a hedge after a failure,
-// needs an unclaimed token and takes it if it fails; one that succeeds puts
-// back RetrySuccessTokens, a first attempt that succeeds TokenRatio. A call
-// refused a retry ends on its last outcome. See docs/retries.md.
+// RetryBudgetOptions configures the retry budget shared by a handler's calls
+// and hosts: a bucket of MaxTokens tokens, full at first. A retry, or a hedge
+// after a failure, needs an unclaimed token and takes it if it fails; one
+// that succeeds puts back RetrySuccessTokens, and a first attempt that
+// succeeds TokenRatio. A call refused a retry ends on its last outcome. See
+// docs/retries.md.
 type RetryBudgetOptions struct {
 	Disabled           bool    // turns the budget off; default false
 	MaxTokens          float64 // in [1, 1000]; default 25

@@ -12,11 +12,11 @@ import (
 	"github.com/resilienthttp/resilience/internal/redact"
 )
 
-// IsTransient reports whether an attempt's outcome is transient, as the
-// retry layer and the circuit breaker judge by default: status 408, 429 or
-// 5xx but 501 and 505, or a transport error, timeouts included; never a
-// context's own error, ErrTotalTimeout, ErrOverloaded, a TLS failure or a
-// malformed request. It says nothing of whether a request is safe to repeat.
+// IsTransient reports whether an attempt's outcome is transient, as retries
+// and the circuit breaker judge by default: status 408, 429 or 5xx but 501
+// and 505, or a transport error, timeouts included; not a context's error,
+// ErrTotalTimeout, ErrOverloaded, a TLS failure or a malformed request. It
+// does not say whether a request is safe to repeat.
 func IsTransient(resp *http.Response, err error) bool {
 	if err != nil {
 		return transientError(err)

@@ -41,8 +41,7 @@ func (c Config) Handlers(configure func(name string, o *Options)) (*Handlers, er
 	return hs, nil
 }
 
-// Handler returns the handler of the named upstream. An unknown name is an
-// error, never a default handler.
+// Handler returns the named upstream's handler; an unknown name is an error.
 func (hs *Handlers) Handler(name string) (*Handler, error) {
 	hs.mu.RLock()
 	defer hs.mu.RUnlock()
@@ -52,8 +51,7 @@ func (hs *Handlers) Handler(name string) (*Handler, error) {
 	return nil, fmt.Errorf("resilience: no upstream %q (known: %s)", name, strings.Join(hs.names, ", "))
 }
 
-// Transport returns a Transport for the named upstream over base, or over
-// http.DefaultTransport if base is nil.
+// Transport returns the named upstream's Handler.Transport over base.
 func (hs *Handlers) Transport(name string, base http.RoundTripper) (*Transport, error) {
 	h, err := hs.Handler(name)
 	if err != nil {

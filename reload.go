@@ -14,9 +14,9 @@ type Changes struct {
 	Changed map[string][]string // by upstream, fields changed: "retry.delay"
 }
 
-// Apply validates every upstream of c as Handler.Update does, then updates
-// those kept, adds the new and drops the rest from hs; an error changes
-// nothing. configure is as for Config.Handlers. It is safe to call at any time.
+// Apply validates c's upstreams as Handler.Update does, then updates those
+// kept, adds the new and drops the rest from hs; an error changes nothing.
+// configure is as for Config.Handlers. It is safe for concurrent use.
 func (hs *Handlers) Apply(c Config, configure func(name string, o *Options)) (Changes, error) {
 	if len(c.Upstreams) == 0 {
 		return Changes{}, fmt.Errorf("resilience: config: no upstream is configured")

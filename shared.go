@@ -11,9 +11,8 @@ import (
 // redislimit.Limiter, of which every call takes a permit once admitted. It
 // must be safe for concurrent use. See docs/shared-rate-limit.md.
 type SharedRate interface {
-	// Take takes a permit of the rate named key (the handler's name, and with
-	// PerHost a space and the authority), or says in Wait when the next is
-	// due. An error other than ctx's refuses the call with ErrRateLimited.
+	// Take takes a permit of the rate named key, or says in Wait when one is
+	// due. An error but ctx's refuses the call with ErrRateLimited.
 	Take(ctx context.Context, key string) (SharedRateResult, error)
 }
 

@@ -8,7 +8,7 @@ import (
 // Transport is an http.RoundTripper that sends each request through a
 // Handler to a base RoundTripper, never modifying it. The zero Transport is
 // the standard handler over http.DefaultTransport. As with http.Transport,
-// close the body or read it to EOF, and do not copy a Transport in use.
+// close the response body or read it to EOF, and do not copy one in use.
 type Transport struct {
 	h    *Handler
 	base http.RoundTripper
