@@ -12,17 +12,17 @@ import (
 // one and its cause, and names the handler. The timeouts are net.Errors
 // whose Timeout is true, and context.DeadlineExceeded.
 var (
-	// ErrCircuitOpen: the open or isolated circuit refused the call; the
-	// message says why it opened.
+	// ErrCircuitOpen means the open or isolated circuit refused the call;
+	// the message says why it opened.
 	ErrCircuitOpen = errors.New("resilience: circuit open")
-	// ErrRateLimited: admission control refused the call.
+	// ErrRateLimited means admission control refused the call.
 	ErrRateLimited = errors.New("resilience: rate limited")
-	// ErrOverloaded: the overload limiter refused the call; its cause is an
-	// *OverloadError.
+	// ErrOverloaded means the overload limiter refused the call; its cause
+	// is an *OverloadError.
 	ErrOverloaded = errors.New("resilience: upstream overloaded")
-	// ErrTotalTimeout: the call ran past its total timeout.
+	// ErrTotalTimeout means the call ran past its total timeout.
 	ErrTotalTimeout error = &timeoutError{"resilience: total timeout"}
-	// ErrAttemptTimeout: the last attempt got no headers in time.
+	// ErrAttemptTimeout means the last attempt got no headers in time.
 	ErrAttemptTimeout error = &timeoutError{"resilience: attempt timeout"}
 )
 

@@ -71,13 +71,13 @@ var ErrFallbackRefused = errors.New("resilience: fallback refused")
 
 // Why a fallback was refused; each is ErrFallbackRefused for errors.Is.
 var (
-	// ErrFallbackIneligible: not a GET or HEAD, no-store, or credentials
-	// without ShareCredentialed.
+	// ErrFallbackIneligible means a request not a GET or HEAD, no-store, or
+	// credentials without ShareCredentialed.
 	ErrFallbackIneligible error = &fallbackReason{"ineligible"}
-	// ErrFallbackNone: no response is kept for the request.
+	// ErrFallbackNone means no response is kept for the request.
 	ErrFallbackNone error = &fallbackReason{"none kept"}
-	// ErrFallbackTooStale: the kept response is older than MaxStale or its
-	// stale-if-error.
+	// ErrFallbackTooStale means the kept response is older than MaxStale or
+	// its stale-if-error.
 	ErrFallbackTooStale error = &fallbackReason{"too stale"}
 )
 
