@@ -33,12 +33,12 @@ const (
 	defaultMaxExtraLoad       = 0.05
 )
 
-// Options configures a [Handler]; the zero value is the standard handler.
-// A zero field means its default, which yields to an explicit value it would
-// contradict. Contradicting values, and negative ones unless their field
-// gives them a meaning, are errors that name the field. The layers run
-// outermost first: Fallback, RateLimit, TotalTimeout, Retry or Hedging,
-// CircuitBreaker, Overload, AttemptTimeout. See docs/defaults.md.
+// Options configures a [Handler]; the zero value is the standard handler. A
+// zero field is its default, which yields to an explicit value it would
+// contradict; contradicting values, and negative ones unless their field
+// gives them a meaning, are errors. The layers, outermost first: Fallback,
+// RateLimit, TotalTimeout, Retry or Hedging, CircuitBreaker, Overload,
+// AttemptTimeout. See docs/defaults.md.
 type Options struct {
 	Name      string           // for errors, events, logs; default "standard"
 	RateLimit RateLimitOptions // admission control, on by default
@@ -236,11 +236,11 @@ type HedgingOptions struct {
 	Routing   Routing // how attempts go to Endpoints; default RouteOrdered
 }
 
-// RetryBudgetOptions configures the retry budget shared by a handler's calls
-// and hosts: a bucket of MaxTokens tokens, full at first. A retry, or a hedge
+// RetryBudgetOptions configures the retry budget of a handler's calls and
+// hosts: a bucket of MaxTokens tokens, full at first. A retry, or a hedge
 // after a failure, needs an unclaimed token and takes it if it fails; one
-// that succeeds puts back RetrySuccessTokens, and a first attempt that
-// succeeds TokenRatio. A call refused a retry ends on its last outcome. See
+// that succeeds puts back RetrySuccessTokens, a successful first attempt
+// TokenRatio. A call refused a retry ends on its last outcome. See
 // docs/retries.md.
 type RetryBudgetOptions struct {
 	Disabled           bool    // turns the budget off; default false
