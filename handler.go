@@ -75,9 +75,9 @@ type CircuitState int32
 // Circuit states, from the healthiest.
 const (
 	CircuitClosed   CircuitState = iota // calls flow; failures are counted
-	CircuitHalfOpen                     // one probe is let through to test recovery
-	CircuitOpen                         // calls are rejected until BreakDuration has passed
-	CircuitIsolated                     // held open by IsolateCircuit until CloseCircuit
+	CircuitHalfOpen                     // one probe is let through
+	CircuitOpen                         // calls fail until BreakDuration ends
+	CircuitIsolated                     // held open until CloseCircuit
 )
 
 func (s CircuitState) String() string {

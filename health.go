@@ -14,13 +14,13 @@ type Health struct {
 	Handlers map[string]HandlerHealth `json:"handlers"`
 }
 
-// HandlerHealth is one handler's part of a Health report.
+// HandlerHealth is one handler's part of a Health report: its circuit
+// (closed, half-open, open or isolated), the reason it opened while it is
+// not closed, with PerHost each host's circuit, and its OverloadStats.
 type HandlerHealth struct {
-	Circuit string            `json:"circuit"`          // closed, half-open, open or isolated
-	Reason  string            `json:"reason,omitempty"` // why the circuit opened, while it is not closed
-	Hosts   map[string]string `json:"hosts,omitempty"`  // with PerHost, each host's circuit
-
-	// Overload is the handler's OverloadStats.
+	Circuit  string                   `json:"circuit"`
+	Reason   string                   `json:"reason,omitempty"`
+	Hosts    map[string]string        `json:"hosts,omitempty"`
 	Overload map[string]OverloadStats `json:"overload,omitempty"`
 }
 

@@ -375,14 +375,15 @@ func (l *overloadLimiter) overloaded() (now, changed bool) {
 	return now, changed
 }
 
-// OverloadStats is a snapshot of one upstream's overload limiter.
+// OverloadStats is a snapshot of one upstream's overload limiter. Latency
+// is the smoothed time to headers of successful attempts.
 type OverloadStats struct {
 	Limit      int           `json:"limit"`      // attempts allowed in flight
 	InFlight   int           `json:"inFlight"`   // attempts in flight
-	Queued     int           `json:"queued"`     // first attempts waiting for a slot
-	Latency    time.Duration `json:"latency"`    // smoothed time to headers of successful attempts
-	Refused    uint64        `json:"refused"`    // calls refused and retries or hedges shed, so far
-	Overloaded bool          `json:"overloaded"` // it refused one within the last second
+	Queued     int           `json:"queued"`     // first attempts waiting
+	Latency    time.Duration `json:"latency"`    // smoothed time to headers
+	Refused    uint64        `json:"refused"`    // refusals and sheds so far
+	Overloaded bool          `json:"overloaded"` // it refused one within 1s
 }
 
 func (l *overloadLimiter) stats() OverloadStats {
@@ -416,7 +417,7 @@ func (h *Handler) OverloadStats() map[string]OverloadStats {
 type OverloadError struct {
 	Limit    int           // attempts allowed in flight when it refused
 	InFlight int           // attempts in flight then
-	Latency  time.Duration // the smoothed time to headers of successful attempts
+	Latency  time.Duration // smoothed time to headers of successes
 	Waited   time.Duration // how long the call waited for a slot
 }
 
