@@ -12,13 +12,11 @@ import (
 // one and its cause, and names the handler. The timeouts are net.Errors
 // whose Timeout is true, and context.DeadlineExceeded.
 var (
-	// ErrCircuitOpen means the open or isolated circuit refused the call;
-	// the message says why it opened.
+	// ErrCircuitOpen means the circuit refused the call; the message says why.
 	ErrCircuitOpen = errors.New("resilience: circuit open")
 	// ErrRateLimited means admission control refused the call.
 	ErrRateLimited = errors.New("resilience: rate limited")
-	// ErrOverloaded means the overload limiter refused the call; its cause
-	// is an *OverloadError.
+	// ErrOverloaded means the limiter refused the call; see OverloadError.
 	ErrOverloaded = errors.New("resilience: upstream overloaded")
 	// ErrTotalTimeout means the call ran past its total timeout.
 	ErrTotalTimeout error = &timeoutError{"resilience: total timeout"}

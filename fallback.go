@@ -39,13 +39,11 @@ const (
 // FallbackOptions configures the fallback layer: a GET or HEAD that fails
 // on an open circuit (or, with OnTransient, a transient failure) gets the
 // last good response kept for it, labelled, or an error that wraps
-// [ErrFallbackRefused]. See docs/fallback.md.
+// [ErrFallbackRefused]. A response's stale-if-error=N replaces MaxStale.
+// See docs/fallback.md.
 type FallbackOptions struct {
-	Enabled bool // turns the fallback layer on; default false
-
-	// MaxStale is the oldest a kept response may be, its Age included, to
-	// be served, unless its stale-if-error=N says otherwise. Default 10m.
-	MaxStale time.Duration
+	Enabled  bool          // turns the fallback layer on; default false
+	MaxStale time.Duration // oldest served, its Age included; default 10m
 
 	MaxEntryBytes int64 // largest body kept, at most MaxBytes; default 1 MiB
 	MaxBytes      int64 // the built-in store's bound; default 64 MiB
@@ -71,13 +69,11 @@ var ErrFallbackRefused = errors.New("resilience: fallback refused")
 
 // Why a fallback was refused; each is ErrFallbackRefused for errors.Is.
 var (
-	// ErrFallbackIneligible means a request not a GET or HEAD, no-store, or
-	// credentials without ShareCredentialed.
+	// ErrFallbackIneligible means the request may not get a kept response.
 	ErrFallbackIneligible error = &fallbackReason{"ineligible"}
 	// ErrFallbackNone means no response is kept for the request.
 	ErrFallbackNone error = &fallbackReason{"none kept"}
-	// ErrFallbackTooStale means the kept response is older than MaxStale or
-	// its stale-if-error.
+	// ErrFallbackTooStale means the kept response is too old to serve.
 	ErrFallbackTooStale error = &fallbackReason{"too stale"}
 )
 

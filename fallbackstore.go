@@ -8,9 +8,8 @@ import (
 	"time"
 )
 
-// A FallbackEntry is a response kept for the fallback layer, or with Vary
-// set, the request headers that the responses kept for its URL vary on.
-// Neither a store nor its users may modify one once it is Put.
+// A FallbackEntry is a response kept for the fallback layer or, with Vary
+// set, the headers its URL's responses vary on. None may change once Put.
 type FallbackEntry struct {
 	StatusCode int
 	Header     http.Header

@@ -6,10 +6,10 @@ import (
 	"strings"
 )
 
-// Health is a report of handlers' circuits, for a health endpoint.
+// Health is a report of handlers' circuits, for a health endpoint. Its
+// Status is "degraded" while a circuit is not closed or an overload limiter
+// refuses calls, and "healthy" otherwise.
 type Health struct {
-	// Status is "healthy", or "degraded" while a circuit is not closed or
-	// an overload limiter refuses calls.
 	Status   string                   `json:"status"`
 	Handlers map[string]HandlerHealth `json:"handlers"`
 }
