@@ -41,7 +41,7 @@ func (r Routing) String() string {
 // An Endpoint is one place the attempts of a call can go: a deployment, a
 // replica or a region of the upstream. See HedgingOptions.Endpoints.
 type Endpoint struct {
-	URL    string // base: scheme://host[:port] and an optional path prefix
+	URL    string // the base, required: scheme://host[:port][/prefix]
 	Weight int    // RouteWeighted's share, at most 1000000; default 1
 }
 

@@ -60,7 +60,7 @@ type FallbackOptions struct {
 	// the same credentials only. Default false: they are never kept.
 	ShareCredentialed bool
 
-	Store FallbackStore // nil: the built-in store; not in configuration files
+	Store FallbackStore // default nil: the built-in store; not in files
 }
 
 // ErrFallbackRefused reports that no kept response could answer a failed

@@ -48,8 +48,9 @@ const (
 )
 
 // A FallbackStore keeps the responses the fallback layer may serve, by key,
-// and may forget any. It must be safe for concurrent use; Put and Get must
-// return quickly, and once their context is done. See docs/fallback.md.
+// and may forget any. It must be safe for concurrent use; Put and Get
+// should return quickly, and must once their context is done. See
+// docs/fallback.md.
 type FallbackStore interface {
 	Get(ctx context.Context, key string) (*FallbackEntry, bool)
 	Put(ctx context.Context, key string, e *FallbackEntry)

@@ -29,7 +29,7 @@ const defaultIdempotencyHeader = "Idempotency-Key"
 type IdempotencyOptions struct {
 	Enabled bool   // the upstream keeps the protocol; default false
 	Header  string // the key's request header; default "Idempotency-Key"
-	Hedge   bool   // let Hedging hedge keyed writes, else sent once
+	Hedge   bool   // let Hedging hedge keyed writes; default false: sent once
 }
 
 // resolveIdempotency fills in the protocol's defaults and validates them.

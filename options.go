@@ -138,7 +138,7 @@ type RateLimitOptions struct {
 // PerHostOptions configures per-host isolation: each authority
 // (scheme://host:port) gets its own circuit breaker and limits.
 type PerHostOptions struct {
-	Enabled bool // turns isolation on; Update cannot change it
+	Enabled bool // turns it on; default false; Update cannot change it
 
 	// MaxHosts is how many hosts are kept, more only while in use (a call in
 	// flight, or an open circuit). Default 1000.
@@ -183,7 +183,7 @@ type RetryOptions struct {
 
 	MaxDelay time.Duration // caps the computed delay; default 30s
 	Backoff  BackoffType   // how the delay grows; default BackoffExponential
-	NoJitter bool          // turns off the ±50% randomisation of delays
+	NoJitter bool          // turns off the ±50% jitter; default false
 
 	// Methods adds methods to those retried, only GET by default, and
 	// ExcludeMethods removes some, GET included. The rule holds for every
@@ -197,14 +197,14 @@ type RetryOptions struct {
 	IgnoreRetryAfter bool
 	MaxRetryAfter    time.Duration
 
-	// ShouldRetry, if set, replaces [IsTransient], for hedges too. It must be
-	// safe for concurrent use, and must not modify or keep the request, nor
-	// read or close the response body.
+	// ShouldRetry replaces [IsTransient], the default, for hedges too. It must
+	// be safe for concurrent use, and must not modify or keep the request,
+	// nor read or close the response body.
 	ShouldRetry func(req *http.Request, resp *http.Response, err error) bool
 
-	// DelayFunc, if set, returns the delay before each retry, uncapped by
-	// MaxDelay; negative keeps the computed one. An honoured Retry-After wins.
-	// It must be safe for concurrent use and return quickly.
+	// DelayFunc, if set, returns each retry's delay, not capped by MaxDelay;
+	// negative keeps the computed delay, the default. An honoured Retry-After
+	// wins. It must be safe for concurrent use and return quickly.
 	DelayFunc func(DelayInfo) time.Duration
 }
 
@@ -214,7 +214,7 @@ type RetryOptions struct {
 // Only requests the method rule allows are hedged. Each hedge needs a closed
 // circuit, and one after a failure a budget token. See docs/hedging.md.
 type HedgingOptions struct {
-	Enabled   bool          // turns hedging on; NewHedgingTransport sets it
+	Enabled   bool          // off by default; NewHedgingTransport sets it
 	MaxHedges int           // attempts besides the first, at most 10; default 1
 	Delay     time.Duration // how long before the next attempt; default 2s
 
@@ -254,7 +254,7 @@ type RetryBudgetOptions struct {
 // include FailureRatio failures, and fails calls with [ErrCircuitOpen] until,
 // after BreakDuration, a probe succeeds. See docs/circuit-breaker.md.
 type CircuitBreakerOptions struct {
-	Disabled          bool    // turns it off; IsolateCircuit still works
+	Disabled          bool    // default false; IsolateCircuit still works
 	FailureRatio      float64 // in (0, 1]; default 0.9
 	MinimumThroughput int     // default 100
 
@@ -262,8 +262,8 @@ type CircuitBreakerOptions struct {
 	SamplingDuration time.Duration
 	BreakDuration    time.Duration // default 1s
 
-	// ShouldHandle, if set, replaces IsTransient; the caller's cancellation
-	// and the total timeout never count.
+	// ShouldHandle replaces IsTransient, the default; the caller's
+	// cancellation and the total timeout never count.
 	ShouldHandle func(*http.Response, error) bool
 }
 
