@@ -197,9 +197,9 @@ type RetryOptions struct {
 	IgnoreRetryAfter bool
 	MaxRetryAfter    time.Duration
 
-	// ShouldRetry replaces [IsTransient], the default, for hedges too. It must
-	// be safe for concurrent use, and must not modify or keep the request,
-	// nor read or close the response body.
+	// ShouldRetry, if set, replaces the default [IsTransient], for hedges too.
+	// It must be safe for concurrent use, and must not modify or keep the
+	// request, nor read or close the response body.
 	ShouldRetry func(req *http.Request, resp *http.Response, err error) bool
 
 	// DelayFunc, if set, returns each retry's delay, not capped by MaxDelay;
@@ -262,7 +262,7 @@ type CircuitBreakerOptions struct {
 	SamplingDuration time.Duration
 	BreakDuration    time.Duration // default 1s
 
-	// ShouldHandle replaces IsTransient, the default; the caller's
+	// ShouldHandle, if set, replaces the default IsTransient; the caller's
 	// cancellation and the total timeout never count.
 	ShouldHandle func(*http.Response, error) bool
 }
