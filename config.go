@@ -14,52 +14,16 @@ import (
 	"time"
 )
 
-// Config is a set of named upstreams, each with the Options of its handler,
-// as read by LoadConfig.
+// Config is the Options of named upstreams, as LoadConfig reads them.
 type Config struct {
 	Upstreams map[string]Options
 }
 
-// LoadConfig reads a JSON configuration of named upstreams:
-//
-//	{
-//	  "defaults":  { ...options every upstream starts from... },
-//	  "upstreams": {
-//	    "pricing": { "attemptTimeout": "2s", "retry": { "delay": "200ms" } },
-//	    "carrier": { "circuitBreaker": { "minimumThroughput": 10 } }
-//	  }
-//	}
-//
-// Every Options field that is data can be set, under its name in lower
-// camel case; durations are Go duration strings ("250ms"), Backoff is
-// "exponential", "linear" or "constant", LogLevels maps event kinds
-// ("retry") to slog levels ("INFO"). An upstream's fields override the
-// defaults' one by one. Unknown keys, values of the wrong type, bad
-// durations and invalid combinations are errors that name the upstream
-// and the field, such as
-//
-//	resilience: config: upstreams.pricing.retry.delay: invalid duration "2x"
-//
-// Every upstream is validated as NewHandler would; Config.Handlers builds
-// them.
-//
-// A zero written in the file means what it means in Options: the field's
-// default ("totalTimeout": "0s" is 30s). Four fields whose written zero
-// meant something else before are refused for now, with the spelling of
-// what the zero meant, so that no file silently changes meaning:
-// retry.maxRetries 0 (write "disabled": true), retry.delay "0s" (write a
-// negative duration for no delay), circuitBreaker.minimumThroughput 0
-// (write 1) and hedging.maxExtraLoad 0 (write -1 for no cap):
-//
-//	resilience: config: upstreams.pricing.retry.maxRetries: 0 is refused: a written 0 meant no retries before, and would now mean the default, as a zero does in Options; write "disabled": true, or omit the field for the default
-//
-// "Off" is spelled as in Options: "disabled": true for a layer that is on
-// by default, "enabled": true for one that is off, and a negative value for
-// a timeout or a limit. hedging.endpoints is a list of {"url": ...,
-// "weight": ...} and hedging.routing is "ordered" or "weighted".
-//
-// The input is one JSON object of at most 1 MiB; anything after the object
-// but white space is an error.
+// LoadConfig reads a JSON configuration of at most 1 MiB: "upstreams" holds
+// each upstream's Options by name, in lower camel case with durations such
+// as "250ms", and "defaults" what each starts from. A zero is the default,
+// but four that meant otherwise before are refused. Errors name the upstream
+// and the field. See docs/configuration.md.
 func LoadConfig(r io.Reader) (Config, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxConfigSize+1))
 	if err != nil {

@@ -12,28 +12,14 @@ import (
 // uniformly random value in [d*(1-f), d*(1+f)].
 const jitterFactor = 0.5
 
-// DelayInfo is what RetryOptions.DelayFunc is told about a retry the retry
-// layer is about to make.
+// DelayInfo is what RetryOptions.DelayFunc is told of the next retry; it
+// must not modify or keep Request, nor read or close Response's body.
 type DelayInfo struct {
-	// Retry is the retry's number: 1 for the first retry, which follows the
-	// first attempt.
-	Retry int
-
-	// Delay is the delay the retry layer computed for this retry from
-	// Delay, Backoff, NoJitter and MaxDelay: what it would wait without
-	// DelayFunc. It is zero when RetryOptions.Delay is negative.
-	Delay time.Duration
-
-	// Response is the response of the attempt that failed, or nil. Its
-	// body must not be read or closed: the caller may yet get it.
-	Response *http.Response
-
-	// Err is the error of the attempt that failed, or nil.
-	Err error
-
-	// Request is the caller's request. It must not be modified, nor kept
-	// once DelayFunc returns.
-	Request *http.Request
+	Retry    int            // the retry's number, from 1
+	Delay    time.Duration  // the computed delay; 0 if RetryOptions.Delay < 0
+	Response *http.Response // the failed attempt's response, or nil
+	Err      error          // the failed attempt's error, or nil
+	Request  *http.Request  // the caller's request
 }
 
 // newBackOff returns the delay sequence of one call's retries: all zero

@@ -24,16 +24,8 @@ type Routing int
 
 // Routing modes. The zero value is RouteOrdered.
 const (
-	// RouteOrdered sends the first attempt to the first endpoint and each
-	// further attempt (hedge or retry) to the next, wrapping around after
-	// the last: a primary, then its failovers in order.
-	RouteOrdered Routing = iota
-
-	// RouteWeighted sends the first attempt to an endpoint picked at random
-	// in proportion to the endpoints' Weight, and each further attempt to
-	// one picked the same way among the endpoints the call has not tried
-	// yet (all of them again once every one has been tried).
-	RouteWeighted
+	RouteOrdered  Routing = iota // from the first endpoint, each to the next
+	RouteWeighted                // at random by Weight, untried ones first
 )
 
 func (r Routing) String() string {
@@ -47,18 +39,10 @@ func (r Routing) String() string {
 }
 
 // An Endpoint is one place the attempts of a call can go: a deployment, a
-// replica or a region of the upstream, usually behind its own address.
+// replica or a region of the upstream. See HedgingOptions.Endpoints.
 type Endpoint struct {
-	// URL is the endpoint's base: scheme://host[:port] and an optional path
-	// prefix, such as "https://eu.orders.internal:8443/api". An attempt's
-	// URL is the request's with the scheme and authority replaced by the
-	// base's, and the prefix put before its path; the query is kept.
-	URL string
-
-	// Weight is the endpoint's share of first attempts with RouteWeighted,
-	// relative to the other endpoints' weights, at most 1000000. Default 1.
-	// RouteOrdered ignores it.
-	Weight int
+	URL    string // the base, required: scheme://host[:port][/prefix]
+	Weight int    // RouteWeighted's share, at most 1000000; default 1
 }
 
 // maxEndpoints bounds Hedging.Endpoints: a route keeps which endpoints a

@@ -10,52 +10,27 @@ import (
 	"time"
 )
 
-// Errors returned by a Transport, for use with errors.Is. The error a
-// RoundTrip returns wraps one of these and the cause underneath, and its
-// message names the handler.
+// Errors of a Transport, for errors.Is. The error RoundTrip returns wraps
+// one and its cause, and names the handler. The timeouts are net.Errors
+// whose Timeout is true, and context.DeadlineExceeded.
 var (
-	// ErrCircuitOpen reports that the circuit breaker rejected the call
-	// without sending it, because the circuit was open or isolated. The
-	// message says why the circuit opened.
+	// ErrCircuitOpen means the circuit refused the call; the message says why.
 	ErrCircuitOpen = errors.New("resilience: circuit open")
-
-	// ErrRateLimited reports that admission control rejected the call:
-	// too many calls in flight and the queue full, or the rate exceeded.
+	// ErrRateLimited means admission control refused the call.
 	ErrRateLimited = errors.New("resilience: rate limited")
-
-	// ErrOverloaded reports that the overload limiter refused the call:
-	// the attempts in flight to its upstream were at the limit measured,
-	// and no slot came free within the call's wait. The cause is an
-	// *OverloadError with the limit and latency.
+	// ErrOverloaded means the limiter refused the call; see OverloadError.
 	ErrOverloaded = errors.New("resilience: upstream overloaded")
-
-	// ErrTotalTimeout reports that the whole call, retries, waits and
-	// reading the response body included, ran past Options.TotalTimeout.
-	// It is a net.Error whose Timeout method reports true, and
-	// errors.Is(ErrTotalTimeout, context.DeadlineExceeded) holds.
+	// ErrTotalTimeout means the call ran past its total timeout.
 	ErrTotalTimeout error = &timeoutError{"resilience: total timeout"}
-
-	// ErrAttemptTimeout reports that the last attempt got no response
-	// headers within Options.AttemptTimeout. It is a net.Error whose
-	// Timeout method reports true, and errors.Is(ErrAttemptTimeout,
-	// context.DeadlineExceeded) holds.
+	// ErrAttemptTimeout means the last attempt got no headers in time.
 	ErrAttemptTimeout error = &timeoutError{"resilience: attempt timeout"}
 )
 
-// A RateLimitError is the cause under ErrRateLimited when a rate refused
-// the call: it names the rate and says when its next permit is due, as a
-// Retry-After header would. errors.As finds it in the error RoundTrip
-// returns.
+// A RateLimitError is the cause under ErrRateLimited when a rate refused the
+// call. errors.As finds it in the error RoundTrip returns.
 type RateLimitError struct {
-	// Limit names the rate that refused the call: "local" for
-	// RateLimitOptions.RequestsPerSecond, "shared" for a rate shared with
-	// other processes, "server" for the quota the upstream announced.
-	Limit string
-
-	// RetryAfter is how long after the refusal the next permit is due; a
-	// call made then may still find it taken by another. Zero when the
-	// rate cannot tell.
-	RetryAfter time.Duration
+	Limit      string        // the rate: "local", "shared" or "server"
+	RetryAfter time.Duration // when its next permit is due; 0 if unknown
 }
 
 func (e *RateLimitError) Error() string {

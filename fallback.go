@@ -36,75 +36,44 @@ const (
 	defaultFallbackHeader        = "X-Resilience-Fallback"
 )
 
-// FallbackOptions configures the fallback layer, the outermost: when the
-// upstream cannot answer a GET or HEAD, the caller gets the last good
-// response kept for the same request, labelled, instead of the error.
+// FallbackOptions configures the fallback layer: a GET or HEAD that fails
+// on an open circuit (or, with OnTransient, a transient failure) gets the
+// last good response kept for it, labelled, or an error that wraps
+// [ErrFallbackRefused]. A response's stale-if-error=N replaces MaxStale.
+// See docs/fallback.md.
 type FallbackOptions struct {
-	// Enabled turns the fallback layer on. It is off by default.
-	Enabled bool
+	Enabled  bool          // turns the fallback layer on; default false
+	MaxStale time.Duration // oldest served, its Age included; default 10m
 
-	// MaxStale is the oldest a kept response may be (the time since it was
-	// kept plus the Age it came with) to be served, unless the response's
-	// Cache-Control says stale-if-error=N, which then bounds it instead.
-	// Default 10m.
-	MaxStale time.Duration
+	MaxEntryBytes int64 // largest body kept, at most MaxBytes; default 1 MiB
+	MaxBytes      int64 // the built-in store's bound; default 64 MiB
 
-	// MaxEntryBytes is the largest body kept; a larger response is not
-	// kept. Default 1 MiB.
-	MaxEntryBytes int64
-
-	// MaxBytes bounds the built-in store, on what its entries hold: the
-	// bodies' buffers, headers and keys, and the store's bookkeeping. The
-	// least recently used responses are forgotten first. Default 64 MiB.
-	MaxBytes int64
-
-	// Header is the response header that labels a served fallback, with
-	// the value "stale". Default "X-Resilience-Fallback". It may not name,
-	// in any case, a field the label would overwrite and the response
-	// depends on: Connection, Keep-Alive, Proxy-*, TE, Trailer,
-	// Transfer-Encoding, Upgrade (hop-by-hop), Content-* (framing and
-	// the body's description), Age, Cache-Control, Date, ETag, Expires,
-	// Last-Modified, Pragma, Vary, Warning (caching) or Set-Cookie.
+	// Header labels a served fallback "stale". Default "X-Resilience-Fallback";
+	// a field the label would overwrite, such as Age or Vary, is an error.
 	Header string
 
-	// OnTransient also serves a fallback when retries ran out on a
-	// transient failure (an error, or a 500, 502, 503 or 504 response: the
-	// errors of RFC 5861's stale-if-error) or the total timeout passed. By
-	// default only an open or isolated circuit is. With no kept response to
-	// serve, such a response reaches the caller untouched.
+	// OnTransient also serves a fallback when retries ran out on a transient
+	// error or a 500, 502, 503 or 504, or on the total timeout. Default false.
 	OnTransient bool
 
-	// ShareCredentialed keeps responses to requests that carry
-	// credentials (an Authorization or Cookie header, in any case, or
-	// userinfo in the URL), keyed by a SHA-256 hash of them, so that a
-	// response is only ever served for the same credentials. By default
-	// such responses are never kept.
+	// ShareCredentialed keeps responses to requests with credentials, for
+	// the same credentials only. Default false: they are never kept.
 	ShareCredentialed bool
 
-	// Store keeps the responses; nil is the built-in store, bounded by
-	// MaxBytes. It is not part of the JSON configuration. A caller that
-	// leaves while its Get runs gets its context's error at once
-	// (FallbackStore).
-	Store FallbackStore
+	Store FallbackStore // default nil: the built-in store; not in files
 }
 
-// ErrFallbackRefused reports that the fallback layer considered answering a
-// failed call with a kept response and did not. The error wraps the call's
-// own error and one of ErrFallbackIneligible, ErrFallbackNone and
-// ErrFallbackTooStale, which say why; each of them is ErrFallbackRefused
-// for errors.Is.
+// ErrFallbackRefused reports that no kept response could answer a failed
+// call; it wraps the call's error and the reason, such as ErrFallbackNone.
 var ErrFallbackRefused = errors.New("resilience: fallback refused")
 
-// Why a fallback was refused.
+// Why a fallback was refused; each is ErrFallbackRefused for errors.Is.
 var (
-	// ErrFallbackIneligible: the request may not be answered from a kept
-	// response (not a GET or HEAD, or Cache-Control: no-store, or
-	// credentials without ShareCredentialed).
+	// ErrFallbackIneligible means the request may not get a kept response.
 	ErrFallbackIneligible error = &fallbackReason{"ineligible"}
-	// ErrFallbackNone: no response is kept for the request.
+	// ErrFallbackNone means no response is kept for the request.
 	ErrFallbackNone error = &fallbackReason{"none kept"}
-	// ErrFallbackTooStale: the kept response is older than MaxStale or its
-	// stale-if-error.
+	// ErrFallbackTooStale means the kept response is too old to serve.
 	ErrFallbackTooStale error = &fallbackReason{"too stale"}
 )
 

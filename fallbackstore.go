@@ -8,24 +8,17 @@ import (
 	"time"
 )
 
-// A FallbackEntry is a response kept for the fallback layer. Entries are
-// shared: neither a store nor its users may modify one once it is Put.
+// A FallbackEntry is a response kept for the fallback layer or, with Vary
+// set, the headers its URL's responses vary on. None may change once Put.
 type FallbackEntry struct {
 	StatusCode int
 	Header     http.Header
 	Body       []byte
 	Stored     time.Time // when the response was kept (its body read to EOF)
-
-	// Vary, when not nil, marks an entry that holds no response: the kept
-	// responses for this URL vary on these request headers, and each is
-	// stored under its own key.
-	Vary []string
+	Vary       []string
 }
 
-// Size is what the entry counts against a store's bound: its body's
-// buffer (its capacity, which is what it holds, not its length), its
-// header's names and values, and what a header holds beside their text
-// (headerFieldOverhead for each name, headerValueOverhead for each value).
+// Size is what the entry counts against a store's bound, in bytes.
 func (e *FallbackEntry) Size() int64 {
 	n := int64(cap(e.Body))
 	for k, vs := range e.Header {
@@ -54,21 +47,10 @@ const (
 	lruEntryOverhead    = 320
 )
 
-// A FallbackStore keeps the responses the fallback layer may serve, by key.
-// It must be safe for concurrent use. A store may forget any entry at any
-// time.
-//
-// Put is called on the caller's goroutine when a kept response's body
-// reaches EOF, Get when a call fails; ctx is the caller's request context.
-// Both should return quickly, and must return once ctx is done: the caller
-// is waiting. A caller whose context is done while Get runs gets its
-// context's error at once, never the entry (fallback.go); a Get that does
-// not return on ctx keeps a goroutine until it does.
-//
-// A key names the target of the request (scheme, host and port, path and
-// query, and the Host header when it names another host), never its
-// URL's userinfo; the key of a response to a credentialed request ends
-// with a SHA-256 hash of its credentials.
+// A FallbackStore keeps the responses the fallback layer may serve, by key,
+// and may forget any. It must be safe for concurrent use; Put and Get
+// should return quickly, and must once their context is done. See
+// docs/fallback.md.
 type FallbackStore interface {
 	Get(ctx context.Context, key string) (*FallbackEntry, bool)
 	Put(ctx context.Context, key string, e *FallbackEntry)

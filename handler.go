@@ -10,17 +10,9 @@ import (
 	"github.com/resilienthttp/resilience/internal/hedgestats"
 )
 
-// A Handler is the client-side resilience stack of one upstream, not an
-// http.Handler: the state that every call to that upstream shares (its
-// circuit breaker, its concurrency, rate and overload limits, its retry
-// budget, its name and its events), used by the Transports it makes. It is
-// safe for concurrent use; share one Handler among all the clients that
-// call the same upstream so that they share its state. HealthHandler is
-// the http.Handler that reports on Handlers.
-//
-// With Options.PerHost, every authority (scheme://host:port) the Handler
-// sees gets a circuit breaker and limits of its own. Update changes its
-// options while it runs, keeping that state.
+// A Handler is the resilience stack of one upstream (not an http.Handler):
+// the state its calls share. Share one among the upstream's clients through
+// its Transport method. It is safe for concurrent use.
 type Handler struct {
 	cfg atomic.Pointer[config] // the current options; each call loads them once (live.go)
 	mu  sync.Mutex             // serialises Update
@@ -69,9 +61,8 @@ func NewHandler(opts Options) (*Handler, error) {
 // Name returns the handler's name, as used in errors, events and logs.
 func (h *Handler) Name() string { return h.cfg.Load().Name }
 
-// Transport returns an http.RoundTripper that sends requests through base
-// (http.DefaultTransport when nil) under this handler. Transports of one
-// Handler share its state.
+// Transport returns a Transport through the handler to base, or to
+// http.DefaultTransport if base is nil.
 func (h *Handler) Transport(base http.RoundTripper) *Transport {
 	if base == nil {
 		base = http.DefaultTransport
@@ -85,9 +76,9 @@ type CircuitState int32
 // Circuit states, from the healthiest.
 const (
 	CircuitClosed   CircuitState = iota // calls flow; failures are counted
-	CircuitHalfOpen                     // one probe is let through to test recovery
-	CircuitOpen                         // calls are rejected until BreakDuration has passed
-	CircuitIsolated                     // held open by IsolateCircuit until CloseCircuit
+	CircuitHalfOpen                     // one probe is let through
+	CircuitOpen                         // calls fail until BreakDuration ends
+	CircuitIsolated                     // held open until CloseCircuit
 )
 
 func (s CircuitState) String() string {
@@ -104,11 +95,8 @@ func (s CircuitState) String() string {
 	return "unknown"
 }
 
-// CircuitState reports the state of the handler's circuit. An open circuit
-// whose BreakDuration has passed reports CircuitHalfOpen: the next call will
-// be its probe. A handler without a circuit breaker is always closed unless
-// isolated. With PerHost, it reports the least healthy host's state; see
-// HostCircuitStates.
+// CircuitState reports the state of the handler's circuit, with PerHost the
+// least healthy host's. Past BreakDuration, an open circuit is half-open.
 func (h *Handler) CircuitState() CircuitState {
 	if h.isolated.Load() {
 		return CircuitIsolated
@@ -141,10 +129,8 @@ func (h *Handler) HostCircuitStates() map[string]CircuitState {
 	return states
 }
 
-// IsolateCircuit holds the circuit open until CloseCircuit is called: every
-// call is rejected with ErrCircuitOpen without reaching the upstream, as for
-// a known maintenance window. It works even when the circuit breaker is
-// disabled, and for every host at once with PerHost.
+// IsolateCircuit holds the circuit open (every host's, with PerHost) until
+// CloseCircuit, even with the circuit breaker disabled.
 func (h *Handler) IsolateCircuit() {
 	if !h.isolated.Swap(true) {
 		h.emit(Event{Kind: EventCircuitOpened, Err: ErrIsolated})

@@ -6,24 +6,21 @@ import (
 	"strings"
 )
 
-// Health is a report of handlers' circuits, for a health endpoint.
+// Health is a report of handlers' circuits, for a health endpoint. Its
+// Status is "degraded" while a circuit is not closed or an overload limiter
+// refuses calls, and "healthy" otherwise.
 type Health struct {
-	// Status is "healthy" when every circuit is closed, and "degraded"
-	// when one is open, half-open or isolated, or an overload limiter
-	// refused a call within the last second: calls to that upstream fail
-	// fast, but the service itself is up, so a load balancer should keep it.
 	Status   string                   `json:"status"`
 	Handlers map[string]HandlerHealth `json:"handlers"`
 }
 
-// HandlerHealth is one handler's part of a Health report.
+// HandlerHealth is one handler's part of a Health report: its circuit
+// (closed, half-open, open or isolated), the reason it opened while it is
+// not closed, with PerHost each host's circuit, and its OverloadStats.
 type HandlerHealth struct {
-	Circuit string            `json:"circuit"`          // closed, half-open, open or isolated
-	Reason  string            `json:"reason,omitempty"` // why the circuit opened, while it is not closed
-	Hosts   map[string]string `json:"hosts,omitempty"`  // with PerHost, each host's circuit
-
-	// Overload is the overload limiter's state, by host with PerHost and
-	// under "" without; absent when Options.Overload is off.
+	Circuit  string                   `json:"circuit"`
+	Reason   string                   `json:"reason,omitempty"`
+	Hosts    map[string]string        `json:"hosts,omitempty"`
 	Overload map[string]OverloadStats `json:"overload,omitempty"`
 }
 
@@ -55,8 +52,7 @@ func CheckHealth(handlers ...*Handler) Health {
 }
 
 // HealthHandler returns an http.Handler that serves CheckHealth of the
-// handlers as JSON, with status 200 whether healthy or degraded: an open
-// circuit to one upstream does not make this service unhealthy.
+// handlers as JSON, with status 200 even when degraded.
 func HealthHandler(handlers ...*Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

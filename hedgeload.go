@@ -2,8 +2,7 @@ package resilience
 
 import "math"
 
-// NoExtraLoadCap, as Hedging.MaxExtraLoad, sends every hedge the delay and
-// the other rules allow, however many.
+// NoExtraLoadCap, as Hedging.MaxExtraLoad, puts no cap on hedges.
 const NoExtraLoadCap = -1.0
 
 // resolveExtraLoad validates and fills in Hedging.MaxExtraLoad.

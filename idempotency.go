@@ -20,34 +20,16 @@ import (
 // defaultIdempotencyHeader is the request header that carries the key.
 const defaultIdempotencyHeader = "Idempotency-Key"
 
-// IdempotencyOptions declares that the upstream implements the
-// idempotency-key protocol. With Enabled, a request whose method is not
-// safe (anything but GET, HEAD, OPTIONS and TRACE) is given a key, unless
-// it has one already, and may then be retried like a GET: every attempt
-// carries the same key, so the upstream acts on it once. A 409 Conflict
-// that says the key's first request is still running (it carries a
-// Retry-After and no "Idempotent-Replayed: true") is retried after its
-// Retry-After; any other 409 is the application's answer and reaches the
-// caller at once. Retry.ShouldRetry, when set, decides for every 409,
-// in progress or not. A 422 Unprocessable Content (the key reused with a
-// different request) is never retried and reaches the caller as it came.
-//
-// The claim is the upstream's to keep: enable this only for an upstream
-// that stores each key's outcome durably, as the idempotency package does.
-// A request made with WithRetryable(ctx, false) is left alone.
+// IdempotencyOptions declares that the upstream keeps the idempotency-key
+// protocol, storing each key's outcome durably, as the idempotency package
+// does. A request whose method is not safe then gets a key, unless it has
+// one, and is retried like a GET. A 409 saying its first request still runs
+// is retried after its Retry-After; other 409s (unless Retry.ShouldRetry
+// says) and 422s reach the caller. See docs/idempotency.md.
 type IdempotencyOptions struct {
-	// Enabled declares that the upstream keeps the protocol.
-	Enabled bool
-
-	// Header is the request header that carries the key. Default
-	// Idempotency-Key.
-	Header string
-
-	// Hedge lets a keyed write be hedged when Hedging is enabled, not only
-	// retried: its hedges reach the upstream while the first attempt may
-	// still hold the key, and get a 409 they then retry. Default false:
-	// with Hedging enabled, a keyed write is sent once.
-	Hedge bool
+	Enabled bool   // the upstream keeps the protocol; default false
+	Header  string // the key's request header; default "Idempotency-Key"
+	Hedge   bool   // let Hedging hedge keyed writes; default false: sent once
 }
 
 // resolveIdempotency fills in the protocol's defaults and validates them.

@@ -14,11 +14,8 @@ import (
 // place where it can be, and replaced, carrying its state, where
 // failsafe-go's primitives are fixed when built.
 
-// Options returns the options the handler runs with, every default filled
-// in: what a zero field of the Options it was made or last updated with
-// means. Change a field and pass the result to Update to change only that
-// field. The slices are copies; the interfaces and functions (Store,
-// Shared, ShouldRetry, OnEvent, Logger, ...) are the handler's own.
+// Options returns the options the handler runs with, defaults filled in: to
+// change one field, change it in them and pass them to Update.
 func (h *Handler) Options() Options {
 	o := h.cfg.Load().Options
 	o.Retry.Methods = slices.Clone(o.Retry.Methods)
@@ -27,53 +24,12 @@ func (h *Handler) Options() Options {
 	return o
 }
 
-// Update replaces the handler's options with opts. opts is validated
-// first, as NewHandler validates: an invalid value is an error that names
-// the field, and changes nothing. An empty Name keeps the handler's name;
-// another name is an error, as is a change of PerHost.Enabled (see below).
-//
-// The update is atomic: a call in flight finishes under the options it
-// started with (its retries, delays, timeouts, predicates, observers), and
-// every call that starts after Update returns runs under the new ones.
-//
-// What the handler holds is kept:
-//
-//   - Isolation (IsolateCircuit) and, with PerHost, every host's state.
-//   - The retry budget's tokens and the claims of the retries in flight.
-//     New MaxTokens, TokenRatio and RetrySuccessTokens apply at once; a
-//     lower MaxTokens drops the tokens above it. Disabling the budget keeps
-//     its tokens for when it is enabled again.
-//   - The circuit. CircuitBreaker.ShouldHandle applies from the next call.
-//     A change of FailureRatio, MinimumThroughput, SamplingDuration or
-//     BreakDuration cannot be made to a failsafe-go breaker in place, so a
-//     new breaker replaces it, in the state of the old: an open circuit
-//     stays open for the rest of its break (at most the new BreakDuration),
-//     a half-open one stays half-open with its probe in flight, and a closed
-//     one stays closed but counts its failures afresh, over the new
-//     SamplingDuration. Disabling the breaker closes the circuit.
-//   - The concurrency permits in flight. Every call gives its permit back
-//     to the limit it took it from. A new RateLimit.MaxConcurrent (or
-//     RateLimit.Disabled) makes a new limit for the calls admitted from
-//     then on: until the calls admitted before have ended, they are not
-//     counted against it, so at most the old limit's calls in flight plus
-//     the new limit run at once. RateLimit.MaxQueue applies at once; a new
-//     RequestsPerSecond or Burst makes a new rate limiter, whose burst is
-//     available at once.
-//   - The fallback layer's kept responses. A new Fallback.MaxBytes bounds
-//     the built-in store at once: a smaller one forgets the least recently
-//     used responses until they fit.
-//
-// Every other field (retries, hedging, timeouts, MaxBufferedBody,
-// PerHost.MaxHosts and IdleTimeout, Logger, LogLevels, OnEvent) applies
-// from the next call, or the next host met.
-//
-// PerHost.Enabled cannot change: a handler has one circuit and one set of
-// limits for all hosts, or one per host, and neither can be made from the
-// other. Build a new Handler for that.
-//
-// Update is safe to call while the handler serves calls, but not from its
-// OnEvent or Logger: some events about the circuit are sent while the lock
-// Update needs is held.
+// Update replaces the handler's options with opts, validated as NewHandler
+// does; an invalid value, another Name (an empty one keeps it) or another
+// PerHost.Enabled is an error that changes nothing. Calls in flight keep
+// their options; the handler keeps its circuit, hosts, budget, permits and
+// kept responses (docs/configuration.md). Do not call it from OnEvent or
+// Logger.
 func (h *Handler) Update(opts Options) error {
 	cfg, err := h.prepare(opts)
 	if err != nil {

@@ -9,9 +9,8 @@ import (
 	"github.com/resilienthttp/resilience/internal/redact"
 )
 
-// ErrIsolated is why a circuit held open by Handler.IsolateCircuit is open:
-// the Err of its EventCircuitOpened and EventCircuitRejected events, and the
-// cause under ErrCircuitOpen of the calls it rejects.
+// ErrIsolated is why Handler.IsolateCircuit's circuit is open, in its events
+// and under ErrCircuitOpen.
 var ErrIsolated = errors.New("resilience: isolated by IsolateCircuit")
 
 // maxFailureText bounds the text a failure the circuit breaker counts

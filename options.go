@@ -33,68 +33,38 @@ const (
 	defaultMaxExtraLoad       = 0.05
 )
 
-// Options configures a standard resilience handler. The zero value is the
-// standard handler: every zero field takes the default documented on it,
-// a negative timeout disables that timeout, and Disabled switches a
-// strategy off. The layers run in this order, outermost first: RateLimit,
-// TotalTimeout, Retry, CircuitBreaker, AttemptTimeout.
+// Options configures a [Handler]; the zero value is the standard handler. A
+// zero field is its default, which yields to an explicit value it would
+// contradict; contradicting values, and negative ones unless their field
+// gives them a meaning, are errors. The layers, outermost first: Fallback,
+// RateLimit, TotalTimeout, Retry or Hedging, CircuitBreaker, Overload,
+// AttemptTimeout. See docs/defaults.md.
 type Options struct {
-	// Name identifies the handler (one per upstream) in errors, events
-	// and logs. Default "standard".
-	Name string
+	Name      string           // for errors, events, logs; default "standard"
+	RateLimit RateLimitOptions // admission control, on by default
+	Overload  OverloadOptions  // the overload limiter, on by default
 
-	// RateLimit is admission control: at most so many calls in flight.
-	RateLimit RateLimitOptions
-
-	// Overload limits the attempts in flight to the upstream (per host
-	// with PerHost) to what its latency and its losses say it can take;
-	// retries and hedges are shed first.
-	Overload OverloadOptions
-
-	// TotalTimeout bounds the whole call: queueing for admission, every
-	// attempt, the waits between them and reading the response body, as
-	// http.Client.Timeout does. Default 30s; negative disables it.
+	// TotalTimeout bounds the call from queueing to reading the body, as
+	// http.Client.Timeout does. Default 30s; negative turns it off.
 	TotalTimeout time.Duration
 
-	// Retry repeats transient failures of requests that are safe to repeat.
-	Retry RetryOptions
+	Retry          RetryOptions          // the retry layer, on by default
+	RetryBudget    RetryBudgetOptions    // the retry budget, on by default
+	Hedging        HedgingOptions        // off by default; replaces Retry
+	CircuitBreaker CircuitBreakerOptions // the circuit breaker, on by default
 
-	// RetryBudget stops retries (and hedges) while they keep failing, so
-	// that an upstream that is down is not sent several times its usual
-	// load when it can least afford it; it costs nothing while retries
-	// work.
-	RetryBudget RetryBudgetOptions
-
-	// Hedging, when enabled, takes the retry layer's place: while an
-	// attempt has no acceptable answer, another is sent alongside it.
-	Hedging HedgingOptions
-
-	// CircuitBreaker stops calling an upstream that keeps failing.
-	CircuitBreaker CircuitBreakerOptions
-
-	// AttemptTimeout bounds each attempt until its response headers
-	// arrive. It must not exceed TotalTimeout. Default 10s, or
-	// TotalTimeout when that is shorter; negative disables it.
+	// AttemptTimeout bounds each attempt until its response headers arrive,
+	// at most TotalTimeout. Default 10s; negative turns it off.
 	AttemptTimeout time.Duration
 
-	// PerHost gives every authority (scheme://host:port) the handler sees a
-	// circuit breaker and limits of its own, so that one bad host among many
-	// cannot open the circuit for the rest.
-	PerHost PerHostOptions
+	PerHost PerHostOptions // per-host isolation, off by default
 
-	// MaxBufferedBody is the most of a request body (one without GetBody)
-	// that is held in memory so that it can be sent again. A larger body
-	// is streamed once and not retried. Default 1 MiB; negative never
-	// buffers, so only requests with GetBody or without a body are retried.
+	// MaxBufferedBody is the most of a body without GetBody held to resend
+	// it; a larger one is never retried. Default 1 MiB; negative holds none.
 	MaxBufferedBody int64
 
-	// Fallback, when enabled, answers a GET or HEAD that fails because the
-	// circuit is open with the last good response kept for it, labelled.
-	Fallback FallbackOptions
-
-	// Idempotency declares that the upstream keeps the idempotency-key
-	// protocol, so that writes carrying a key are retried like reads.
-	Idempotency IdempotencyOptions
+	Fallback    FallbackOptions    // the fallback layer, off by default
+	Idempotency IdempotencyOptions // idempotency keys, off by default
 
 	// Logger, when set, logs events: one record per change of state (the
 	// circuit, with why; the budget; the overload limiter; the shared
@@ -113,43 +83,17 @@ type Options struct {
 	OnEvent func(Event)
 }
 
-// OverloadOptions configures the overload limiter, inside admission and on
-// by default: an adaptive bound on the attempts in flight to an upstream,
-// each holding a slot from the moment it is sent until its response
-// headers arrive. The bound follows the latency of successful attempts
-// (failsafe-go's adaptivelimiter) and shrinks on loss (attempt timeouts,
-// 503, 429, refused connections) when the losses are congestion: when
-// attempts sent with more than MinLimit in flight are lost more often than
-// those sent with fewer, not when the upstream fails a share of requests
-// at random. An attempt over the bound waits for a slot, at most
-// MaxQueueWait and never past the call's deadline; a first attempt that
-// gets none fails with ErrOverloaded. While the limiter is shedding (it
-// refused a first attempt within the last second, or losses are
-// congestion), a retry over the bound is not sent and the call returns its
-// last outcome; a hedge over it is never sent. A refusal is never retried
-// and never counts against the circuit breaker or the retry budget.
+// OverloadOptions configures the overload limiter: an adaptive limit on the
+// attempts awaiting headers from the upstream, by their latency and losses.
+// A call whose first attempt gets no slot in time fails with
+// [ErrOverloaded]; a retry or hedge may be shed. See docs/overload.md.
 type OverloadOptions struct {
-	// Disabled switches the limiter off.
-	Disabled bool
-
-	// MinLimit is the least number of attempts in flight it allows.
-	// Default 8.
-	MinLimit int
-
-	// MaxLimit is the most. Default 1000.
-	MaxLimit int
-
-	// InitialLimit is where the latency limit starts. Default 20; calls
-	// over it wait in the queue, so a burst is queued, not failed.
-	InitialLimit int
-
-	// MaxQueue is how many attempts may wait for a slot. Default 1000.
-	MaxQueue int
-
-	// MaxQueueWait bounds an attempt's wait for a slot. Default 1s; the
-	// call's own deadline bounds it too. Longer serves more calls of a
-	// burst later, shorter fails them sooner.
-	MaxQueueWait time.Duration
+	Disabled     bool          // turns the limiter off; default false
+	MinLimit     int           // fewest attempts in flight allowed; default 8
+	MaxLimit     int           // most allowed, at most 1000000; default 1000
+	InitialLimit int           // where the limit starts; default 20
+	MaxQueue     int           // how many attempts may wait; default 1000
+	MaxQueueWait time.Duration // longest wait for a slot; default 1s
 }
 
 // Defaults of OverloadOptions.
@@ -161,105 +105,48 @@ const (
 	defaultOverloadMaxQueueWait = time.Second
 )
 
-// RateLimitOptions configures admission control, the outermost layer. A
-// call holds its permit until the response body is closed or read to EOF,
-// or until the total timeout ends the call: a body the caller forgets
-// holds its permit no longer than TotalTimeout (for ever if it is off).
+// RateLimitOptions configures admission control: the calls in flight, a
+// rate, and the quota the upstream announces; a call refused fails with
+// [ErrRateLimited]. A permit is held until the response body is closed or
+// read to EOF, or the total timeout ends the call.
 type RateLimitOptions struct {
-	// Disabled switches admission control off.
-	Disabled bool
+	Disabled      bool // turns admission control off; default false
+	MaxConcurrent int  // most calls in flight; default 1000
+	MaxQueue      int  // calls that may wait for a permit; default 0
 
-	// MaxConcurrent is the most calls in flight at once. Default 1000.
-	MaxConcurrent int
-
-	// MaxQueue is how many calls may wait for a permit when MaxConcurrent
-	// are in flight; the rest are rejected with ErrRateLimited. Waiting
-	// counts against TotalTimeout. Default 0: no queue.
-	MaxQueue int
-
-	// RequestsPerSecond, when positive, also limits the rate at which calls
-	// start; calls over the rate are rejected with ErrRateLimited.
-	// Default 0: no rate limit.
+	// RequestsPerSecond, if positive, is the rate calls may start at, and
+	// Burst, which needs it, how many at once (0: spaced evenly). Default 0.
 	RequestsPerSecond float64
+	Burst             int
 
-	// Burst is how many calls may start at once within the rate. It needs
-	// RequestsPerSecond. Default 0: calls are spaced evenly.
-	Burst int
-
-	// Wait makes a call over a rate wait for its permit instead of failing
-	// at once with ErrRateLimited: the rate of RequestsPerSecond, or any
-	// other rate the handler follows. A call waits only when its permit is
-	// due before its deadline (the earlier of TotalTimeout and the request
-	// context's deadline); otherwise it fails at once, and the error's
-	// *RateLimitError says when the permit is due. A waiting call holds
-	// its concurrency permit. Default false: fail fast.
+	// Wait makes a call over a rate wait, holding its concurrency permit, for
+	// a permit due before its deadline, instead of failing. Default false.
 	Wait bool
 
-	// Shared, when set, is a rate shared with the handler's other
-	// replicas (see SharedRate and the redislimit package): every call
-	// also takes a permit of it, under the key the handler's name makes
-	// (and the host's authority, with PerHost). Calls over it wait or
-	// fail as Wait says. It is a Go value, set in code: a configuration
-	// file cannot name it; set it in the configure function of
-	// Config.Handlers and Handlers.Apply. Default nil: no shared rate, at
-	// no cost.
+	// Shared, if set, is a rate shared with other processes, such as a
+	// redislimit.Limiter. A configuration file cannot set it. Default nil.
 	Shared SharedRate
 
-	// IgnoreServerQuota stops the handler from following the quota its
-	// upstream announces. By default it reads the quota from the
-	// responses' RateLimit and RateLimit-Policy fields (the IETF httpapi
-	// drafts, current and earlier forms) or X-RateLimit-Limit, -Remaining
-	// and -Reset, per host with PerHost: once the server says no call is
-	// left until a reset, calls wait for the reset or fail at once, as Wait
-	// says, instead of being sent to collect 429s; and a 429 with
-	// Retry-After and those headers holds back every call, not only the one
-	// that got it, until then (its own retry still waits for the
-	// Retry-After; see PauseOn429 for a 429 without them). The error of a
-	// call refused this way is a *RateLimitError with Limit "server".
-	//
-	// It is on by default because it is bounded: no reset or pause is kept
-	// longer than Retry.MaxRetryAfter, or one minute when that is not set,
-	// a call never waits past its deadline, and an upstream that sends
-	// none of these headers (and no 429 with Retry-After) is paced by
-	// nothing. Turn it off for an upstream whose quota belongs to other
-	// callers too (a header about a shared account's quota would then hold
-	// back calls that have their own), or whose endpoints have separate
-	// quotas behind one handler: use one handler per quota instead.
-	// Disabled turns it off too.
+	// IgnoreServerQuota stops calls being held back, as Wait says, by the
+	// quota the upstream announces in RateLimit or X-RateLimit-* fields.
+	// Default false. See docs/server-pacing.md.
 	IgnoreServerQuota bool
 
-	// PauseOn429 makes any 429 Too Many Requests with Retry-After hold back
-	// every call of the handler (of its host, with PerHost) until then, as
-	// a 429 that announces the quota in its headers always does: for an
-	// upstream whose bare 429 means the whole client is over its quota, as
-	// most vendor APIs' does. Calls held back wait or fail at once as for
-	// IgnoreServerQuota's quota, within the same bounds. Default false: a
-	// bare 429 may be one request's (a per-endpoint or per-connection
-	// limit), and holding back every call on it is harmful there; measured
-	// in bench/ (the faults experiment, 0.5% of requests answered 429 with
-	// Retry-After: 1 at random), pausing on every 429 served 14.8% of calls
-	// instead of 100%.
+	// PauseOn429 makes a 429 with Retry-After but no quota fields hold back
+	// every call (of its host, with PerHost) too. Default false.
 	PauseOn429 bool
 }
 
-// PerHostOptions configures per-host isolation. With it, RateLimit and
-// CircuitBreaker apply to each authority separately.
+// PerHostOptions configures per-host isolation: each authority
+// (scheme://host:port) gets its own circuit breaker and limits.
 type PerHostOptions struct {
-	// Enabled turns per-host isolation on. It is off by default: one
-	// circuit and one set of limits for every call.
-	Enabled bool
+	Enabled bool // turns it on; default false; Update cannot change it
 
-	// MaxHosts is how many hosts are kept at once; meeting one more
-	// forgets the least recently used idle host. A host is idle when no
-	// call to it is in flight (a call ends when its response body is
-	// closed or read to EOF) and its circuit is not open; a host in use is
-	// never forgotten, so while more than MaxHosts are in use the handler
-	// keeps more, until they become idle. Default 1000.
+	// MaxHosts is how many hosts are kept, more only while in use (a call in
+	// flight, or an open circuit). Default 1000.
 	MaxHosts int
 
-	// IdleTimeout is how long a host stays idle, from the end of its last
-	// call, before it is forgotten with its circuit and counts. Default 5m.
-	IdleTimeout time.Duration
+	IdleTimeout time.Duration // forget a host idle this long; default 5m
 }
 
 // BackoffType says how the delay between retries grows.
@@ -284,229 +171,101 @@ func (b BackoffType) String() string {
 	return fmt.Sprintf("BackoffType(%d)", int(b))
 }
 
-// RetryOptions configures the retry layer. Only transient failures of
-// requests that are safe to repeat are retried; see IsTransient and the
-// method rule on Methods.
+// RetryOptions configures the retry layer, which retries the transient
+// failures of requests safe to repeat. A retry waits for a delay or a 429's
+// or 503's Retry-After, unless the wait would end past the call's deadline:
+// the caller then gets the failed attempt's outcome. See docs/retries.md.
 type RetryOptions struct {
-	// Disabled switches retries off.
-	Disabled bool
+	Disabled   bool // turns retries off; default false
+	MaxRetries int  // repeats after the first attempt; default 3
 
-	// MaxRetries is how many times a call may be repeated after its first
-	// attempt. Default 3.
-	MaxRetries int
-
-	// Delay is the base delay between attempts. Default 2s, or MaxDelay
-	// when that is set and shorter; negative
-	// means no delay: retries go at once, whatever Backoff and MaxDelay
-	// say (a Retry-After the server sent is still honoured).
+	// Delay is the base delay between attempts. Default 2s; negative means
+	// none: retries go at once, whatever Backoff and MaxDelay say.
 	Delay time.Duration
 
-	// MaxDelay caps the computed delay (not a Retry-After the server
-	// sent, nor what DelayFunc returns). Default 30s, or Delay when Delay
-	// is larger.
-	MaxDelay time.Duration
+	MaxDelay time.Duration // caps the computed delay; default 30s
+	Backoff  BackoffType   // how the delay grows; default BackoffExponential
+	NoJitter bool          // turns off the ±50% jitter; default false
 
-	// Backoff says how the delay grows from one retry to the next.
-	// Default BackoffExponential.
-	Backoff BackoffType
-
-	// NoJitter turns off the randomisation of delays that keeps many
-	// clients that failed together from retrying together.
-	NoJitter bool
-
-	// Methods widens the set of methods that are retried, which by default
-	// holds only GET. The rule holds for every outcome: a method outside
-	// the set is not retried after an error or a timeout either.
-	// WithRetryable overrides it for one request.
-	Methods []string
-
-	// ExcludeMethods removes methods from the set, GET included. It is
-	// applied after Methods: a method in both is not retried.
+	// Methods adds methods to those retried, only GET by default, and
+	// ExcludeMethods removes some, GET included. The rule holds for every
+	// outcome; WithRetryable overrides it for one request.
+	Methods        []string
 	ExcludeMethods []string
 
-	// IgnoreRetryAfter makes the retry layer ignore the Retry-After header
-	// of 429 and 503 responses and use the computed delay instead.
+	// IgnoreRetryAfter makes retries wait the computed delay instead of a
+	// Retry-After; after one over MaxRetryAfter, the caller gets the response
+	// at once. Default false, and 0: no cap.
 	IgnoreRetryAfter bool
+	MaxRetryAfter    time.Duration
 
-	// MaxRetryAfter is the longest Retry-After the handler waits. A longer
-	// one, or one that does not fit in what is left of TotalTimeout, is not
-	// waited: the caller gets the response at once. Default 0: no cap but
-	// the total timeout.
-	MaxRetryAfter time.Duration
-
-	// ShouldRetry, when set, replaces IsTransient in deciding which
-	// outcomes are retried (and, with hedging, which do not win). It gets
-	// the caller's request, so that it can decide per request (it must not
-	// modify or keep it), and the attempt's response or error. The method
-	// rule, the caller's cancellation and deadline, the total timeout and
-	// the request's own failures still apply first. It must be safe for
-	// concurrent use, and must not read or close the response body.
+	// ShouldRetry, if set, replaces the default [IsTransient], for hedges too.
+	// It must be safe for concurrent use, and must not modify or keep the
+	// request, nor read or close the response body.
 	ShouldRetry func(req *http.Request, resp *http.Response, err error) bool
 
-	// DelayFunc, when set, decides how long to wait before each retry,
-	// as Polly's DelayGenerator and go-retryablehttp's Backoff do. It is
-	// given the retry's number, the delay the retry layer computed and
-	// the failed attempt's outcome and request, and returns the delay to
-	// wait: zero retries at once, and a negative value means the computed
-	// delay. MaxDelay does not cap what it returns.
-	//
-	// A Retry-After the server sent, when honoured (IgnoreRetryAfter not
-	// set), wins: DelayFunc is not called for that retry, and a
-	// Retry-After beyond MaxRetryAfter still ends the retries. With
-	// IgnoreRetryAfter, DelayFunc can weigh it itself (ParseRetryAfter
-	// reads it). Hedging does not use DelayFunc. Whatever
-	// the delay, a wait that would end past the call's deadline (the total
-	// timeout, or the request context's) is not made: the caller gets the
-	// failed attempt's outcome at once. DelayFunc is called on the
-	// caller's goroutine, from many calls at once: it must be safe for
-	// concurrent use and should return quickly.
+	// DelayFunc, if set, returns each retry's delay, not capped by MaxDelay;
+	// negative keeps the computed delay, the default. An honoured Retry-After
+	// wins. It must be safe for concurrent use and return quickly.
 	DelayFunc func(DelayInfo) time.Duration
 }
 
-// HedgingOptions configures hedging, which replaces the retry layer when
-// enabled (as in .NET's standard hedging handler): the first attempt goes
-// out, and while no attempt has an acceptable outcome, another follows
-// after Delay, up to MaxHedges more. A handled failure (what IsTransient or
-// Retry.ShouldRetry would retry) never wins while attempts are still
-// running, and sends the next hedge at once. The first acceptable outcome
-// wins; the others are cancelled, drained and closed. Only requests that
-// are safe to repeat are hedged, by the rule that retries follow: GET by
-// default, widened or narrowed by Retry.Methods and Retry.ExcludeMethods,
-// overridden by WithRetryable. Each hedge needs a retry budget permit and a closed circuit.
+// HedgingOptions configures hedging, which replaces the retry layer: while
+// no attempt has an acceptable outcome, another follows after Delay (at once
+// after a failure), up to MaxHedges more; the first acceptable outcome wins.
+// Only requests the method rule allows are hedged. Each hedge needs a closed
+// circuit, and one after a failure a budget token. See docs/hedging.md.
 type HedgingOptions struct {
-	// Enabled turns hedging on, and the retry layer off.
-	Enabled bool
+	Enabled   bool          // off by default; NewHedgingTransport sets it
+	MaxHedges int           // attempts besides the first, at most 10; default 1
+	Delay     time.Duration // how long before the next attempt; default 2s
 
-	// MaxHedges is how many attempts may be sent besides the first, at
-	// most 10. Default 1.
-	MaxHedges int
-
-	// Delay is how long an attempt runs before the next is sent. Default 2s.
-	// With DelayPercentile, the delay used until the handler has seen
-	// enough attempts.
-	Delay time.Duration
-
-	// DelayPercentile, in (0, 1), makes the delay adaptive: the attempts
-	// that take longer than this percentile of the attempt latencies the
-	// handler observed over the last 5 to 10 seconds are hedged (0.95
-	// hedges the slowest 5%), within [MinDelay, MaxDelay]. Until 100
-	// attempts have been seen, Delay applies. Default 0: the fixed Delay.
+	// DelayPercentile, in (0, 1), hedges the attempts slower than this
+	// percentile of the last 5-10s' latencies, once 100 are seen. Default 0.
 	DelayPercentile float64
+	MinDelay        time.Duration // shortest adaptive delay; default 1ms
+	MaxDelay        time.Duration // longest adaptive delay; default Delay
 
-	// MinDelay is the shortest adaptive delay, so that an upstream that
-	// answers fast is not hedged on noise. Default 1ms, or MaxDelay when
-	// that is set and shorter.
-	MinDelay time.Duration
-
-	// MaxDelay is the longest adaptive delay. Default Delay.
-	MaxDelay time.Duration
-
-	// MaxExtraLoad caps the hedges sent while an earlier attempt still
-	// runs, as a share of calls: one is sent only while the hedges of the
-	// last 10 seconds stay within MaxExtraLoad of the hedged calls started
-	// in them, plus one (so that a handler that makes few calls can still
-	// hedge; from 100 calls in 10 seconds, the extra load is within one
-	// percentage point of the share). A hedge that follows a handled
-	// failure is a retry, and is bounded by the retry budget instead. A refused hedge is an
-	// EventHedgeCapped, once per call. Default 0.05; NoExtraLoadCap for no
-	// cap.
+	// MaxExtraLoad caps the hedges sent while an attempt runs at this share
+	// of the last 10s' calls, plus one: in (0, 10], or NoExtraLoadCap for no
+	// cap. Default 0.05.
 	MaxExtraLoad float64
 
-	// Endpoints, when set, spread a call's attempts over several base URLs
-	// instead of the request's own: the first attempt goes to one, and each
-	// hedge, or each retry when hedging is not enabled (failover), to
-	// another, as Routing says. Each endpoint has a circuit breaker of its
-	// own, so PerHost.Enabled is required (NewHedgingTransport sets it); an
-	// attempt whose endpoint's circuit is open goes to the next endpoint at
-	// once. An endpoint's own failure, its TLS, ends no call while another
-	// endpoint is left: the call moves on and never tries that endpoint
-	// again (unless Retry.ShouldRetry says not to retry). Admission control (RateLimit) stays the request's authority's,
-	// and so does the quota the endpoints announce (IgnoreServerQuota):
-	// it is kept as one, as an account's quota across regions is.
-	// At most 16; nil for none (an empty, non-nil list is an error).
+	// Endpoints, if set, are the base URLs of the attempts, each hedge or
+	// retry to another; they need PerHost.Enabled. At most 16, none by
+	// default; an empty, non-nil list is an error.
 	Endpoints []Endpoint
-
-	// Routing says how attempts are spread over Endpoints. Default
-	// RouteOrdered.
-	Routing Routing
+	Routing   Routing // how attempts go to Endpoints; default RouteOrdered
 }
 
-// RetryBudgetOptions configures the retry budget, shared by every call of a
-// handler (all its hosts, with PerHost). It follows whether retries work,
-// not how often attempts fail. It is a bucket of MaxTokens tokens, full at
-// first: a retry (or a hedge that follows a handled failure) that fails
-// takes a token, one that succeeds puts back RetrySuccessTokens, a first
-// attempt that succeeds puts back TokenRatio of one, and a first attempt
-// that fails costs nothing. Retries are made while at least one token is
-// left that no retry in flight has claimed; a refused one gives the caller
-// the last outcome at once, and an EventBudgetExceeded whose Err says why.
-// A hedge sent while an attempt still runs is Hedging.MaxExtraLoad's to
-// bound, not the budget's.
-//
-// So against an upstream that fails at random, however often, retries that
-// succeed at least once in 1+RetrySuccessTokens (one in seven by default)
-// keep the bucket full and every retry is made, bursts of simultaneous
-// failures and sparse callers included; against an upstream that fails
-// every attempt, at most MaxTokens retries are made before the load falls
-// back to one attempt per call, until first attempts succeed again. A retry
-// claims its token when it is sent, so slow failures cannot overrun it.
-// The defaults are measured in bench/ (the do-no-harm experiment): every
-// retry go-retryablehttp makes at 70% of attempts failing, at most 1.7x
-// the offered load at the start of an outage.
+// RetryBudgetOptions configures the retry budget of a handler's calls and
+// hosts: a bucket of MaxTokens tokens, full at first. A retry, or a hedge
+// after a failure, needs an unclaimed token and takes it if it fails; one
+// that succeeds puts back RetrySuccessTokens, a successful first attempt
+// TokenRatio. A call refused a retry ends on its last outcome. See
+// docs/retries.md.
 type RetryBudgetOptions struct {
-	// Disabled switches the budget off: every retry the retry layer allows
-	// is made.
-	Disabled bool
-
-	// MaxTokens is the size of the bucket, in [1, 1000]: how many failed
-	// retries in a row are made against an upstream that fails every
-	// attempt. Default 25.
-	MaxTokens float64
-
-	// TokenRatio is the share of a token that a first attempt that
-	// succeeds puts back, in (0, 1]: how the bucket refills once an
-	// upstream recovers, and how much retrying a share of requests that
-	// always fail (while the rest succeed) is allowed. Default 0.2.
-	TokenRatio float64
-
-	// RetrySuccessTokens is how many tokens a retry (or a hedge that
-	// follows a failure) puts back when it succeeds, in (0, 1000]. Default
-	// 6: retries are made as long as at least one in seven succeeds.
-	RetrySuccessTokens float64
+	Disabled           bool    // turns the budget off; default false
+	MaxTokens          float64 // in [1, 1000]; default 25
+	TokenRatio         float64 // in [0.001, 1]; default 0.2
+	RetrySuccessTokens float64 // in (0, 1000]; default 6
 }
 
-// CircuitBreakerOptions configures the circuit breaker, which sits inside
-// the retry layer and so counts attempts, not calls.
+// CircuitBreakerOptions configures the circuit breaker: the circuit opens
+// when at least MinimumThroughput attempts in the last SamplingDuration
+// include FailureRatio failures, and fails calls with [ErrCircuitOpen] until,
+// after BreakDuration, a probe succeeds. See docs/circuit-breaker.md.
 type CircuitBreakerOptions struct {
-	// Disabled switches the circuit breaker off.
-	Disabled bool
+	Disabled          bool    // default false; IsolateCircuit still works
+	FailureRatio      float64 // in (0, 1]; default 0.9
+	MinimumThroughput int     // default 100
 
-	// FailureRatio is the share of failed attempts within SamplingDuration
-	// that opens the circuit, in (0, 1]. Default 0.9: the breaker is there
-	// for an upstream that is (nearly) down, and fails calls fast only
-	// then; an upstream that fails some of its attempts is the retry
-	// layer's job. Microsoft.Extensions.Http.Resilience's 0.1 opens the
-	// circuit for any upstream failing more than one attempt in ten, and
-	// then fails the calls that would have succeeded (README).
-	FailureRatio float64
-
-	// MinimumThroughput is how many attempts SamplingDuration must hold
-	// before the ratio is considered. Default 100.
-	MinimumThroughput int
-
-	// SamplingDuration is the sliding window over which attempts are
-	// counted. It must be at least twice AttemptTimeout. Default 30s, or
-	// twice AttemptTimeout when that is longer.
+	// SamplingDuration is at least 1ms and twice AttemptTimeout. Default 30s.
 	SamplingDuration time.Duration
+	BreakDuration    time.Duration // default 1s
 
-	// BreakDuration is how long the circuit stays open before it lets one
-	// probe through (half-open). Default 1s, so that an upstream back from
-	// an outage is called again soon.
-	BreakDuration time.Duration
-
-	// ShouldHandle, when set, replaces IsTransient in deciding which
-	// attempt outcomes count as failures. Caller cancellation and the total
-	// timeout are never counted.
+	// ShouldHandle, if set, replaces the default IsTransient; the caller's
+	// cancellation and the total timeout never count.
 	ShouldHandle func(*http.Response, error) bool
 }
 

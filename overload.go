@@ -383,14 +383,15 @@ func (l *overloadLimiter) overloaded() (now, changed bool) {
 	return now, changed
 }
 
-// OverloadStats is a snapshot of one upstream's overload limiter.
+// OverloadStats is a snapshot of one upstream's overload limiter. Latency
+// is the smoothed time to headers of successful attempts.
 type OverloadStats struct {
 	Limit      int           `json:"limit"`      // attempts allowed in flight
 	InFlight   int           `json:"inFlight"`   // attempts in flight
-	Queued     int           `json:"queued"`     // first attempts waiting for a slot
-	Latency    time.Duration `json:"latency"`    // smoothed time to headers of successful attempts
-	Refused    uint64        `json:"refused"`    // calls refused and retries or hedges shed, so far
-	Overloaded bool          `json:"overloaded"` // it refused one within the last second
+	Queued     int           `json:"queued"`     // first attempts waiting
+	Latency    time.Duration `json:"latency"`    // smoothed time to headers
+	Refused    uint64        `json:"refused"`    // refusals and sheds so far
+	Overloaded bool          `json:"overloaded"` // it refused one within 1s
 }
 
 func (l *overloadLimiter) stats() OverloadStats {
@@ -400,9 +401,8 @@ func (l *overloadLimiter) stats() OverloadStats {
 		Overloaded: !l.refusedAt.IsZero() && l.now().Sub(l.refusedAt) < quietAfter}
 }
 
-// OverloadStats returns a snapshot of the overload limiter of each upstream
-// the handler keeps state for, by host with PerHost and under "" without;
-// nil when Options.Overload is off.
+// OverloadStats returns a snapshot of the overload limiter, by host with
+// PerHost and under "" without, or nil when it is off.
 func (h *Handler) OverloadStats() map[string]OverloadStats {
 	states := []*hostState{h.shared}
 	if h.hosts != nil {
@@ -420,15 +420,12 @@ func (h *Handler) OverloadStats() map[string]OverloadStats {
 	return out
 }
 
-// OverloadError is why the overload limiter refused a call: the attempts in
-// flight to its upstream were at the limit it measured, and the call could
-// not wait for a slot (the queue was full, or the wait would have gone past
-// MaxQueueWait or the call's deadline). errors.Is(err, ErrOverloaded) holds.
-// It comes wrapped in the handler's error, which names the handler.
+// OverloadError is why the overload limiter refused a call, at its limit
+// with the queue full or the wait too long. It is ErrOverloaded for errors.Is.
 type OverloadError struct {
 	Limit    int           // attempts allowed in flight when it refused
 	InFlight int           // attempts in flight then
-	Latency  time.Duration // the smoothed time to headers of successful attempts
+	Latency  time.Duration // smoothed time to headers of successes
 	Waited   time.Duration // how long the call waited for a slot
 }
 

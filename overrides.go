@@ -36,11 +36,8 @@ func withOverride(ctx context.Context, set func(*overrides)) context.Context {
 	return context.WithValue(ctx, overridesKey{}, &o)
 }
 
-// WithRetryable returns a context that overrides the method rule for the
-// requests made with it: retryable true lets a request of any method be
-// repeated, false keeps even a GET from being repeated. Use it for calls
-// to an upstream that honours a durable idempotency key, or to keep one
-// call from being repeated. Transient failures alone are still retried.
+// WithRetryable returns a context whose requests are safe to repeat
+// whatever their method, or, if retryable is false, never.
 func WithRetryable(ctx context.Context, retryable bool) context.Context {
 	return withOverride(ctx, func(o *overrides) {
 		o.retryable = -1
@@ -50,17 +47,14 @@ func WithRetryable(ctx context.Context, retryable bool) context.Context {
 	})
 }
 
-// WithAttemptTimeout returns a context whose requests use d as their
-// attempt timeout instead of the handler's AttemptTimeout. A negative d
-// disables the attempt timeout for them. When it is longer than the total
-// timeout, the total timeout ends the attempt first.
+// WithAttemptTimeout returns a context whose requests have d as their
+// attempt timeout instead of AttemptTimeout; a negative d turns it off.
 func WithAttemptTimeout(ctx context.Context, d time.Duration) context.Context {
 	return withOverride(ctx, func(o *overrides) { o.attempt, o.hasAttempt = d, true })
 }
 
-// WithTotalTimeout returns a context whose requests use d as their total
-// timeout instead of the handler's TotalTimeout. A negative d disables the
-// total timeout for them (the context's own deadline still applies).
+// WithTotalTimeout returns a context whose requests have d as their total
+// timeout instead of TotalTimeout; a negative d turns it off.
 func WithTotalTimeout(ctx context.Context, d time.Duration) context.Context {
 	return withOverride(ctx, func(o *overrides) { o.total, o.hasTotal = d, true })
 }

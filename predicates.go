@@ -12,33 +12,11 @@ import (
 	"github.com/resilienthttp/resilience/internal/redact"
 )
 
-// IsTransient is the standard classification of an attempt's outcome, the
-// one the retry layer and the circuit breaker use unless told otherwise:
-//
-//   - a response with status 408, 429, or 5xx other than 501 and 505;
-//   - a transport error, including every timeout the transport raises
-//     (ErrAttemptTimeout, http.Transport's ResponseHeaderTimeout and
-//     TLSHandshakeTimeout, a net.Dialer's Timeout, an HTTP/2 ping that went
-//     unanswered);
-//
-// but never a context's own error (context.Canceled or
-// context.DeadlineExceeded itself: the caller gave up), the total timeout
-// (ErrTotalTimeout), an overload limiter's refusal (ErrOverloaded: retrying
-// it adds load where there is too much), a TLS certificate or handshake
-// failure, or a request
-// the transport refused as malformed (unsupported scheme, missing host,
-// invalid method or header, a body shorter or longer than its
-// ContentLength): repeating those cannot help. (With Hedging.Endpoints, a
-// TLS failure moves the call on to another endpoint: it is the endpoint's.)
-//
-// A Transport does not leave the caller's own deadline or cancellation to
-// IsTransient: it reads them from the request's context, and a call whose
-// context is done is never retried and never counted by the circuit
-// breaker. Nor are failures of the request itself (its body's reader
-// failing, a length mismatch, a malformed request) ever counted.
-//
-// IsTransient says nothing about whether a request is safe to repeat; the
-// method rule decides that.
+// IsTransient reports whether an attempt's outcome is transient, as retries
+// and the circuit breaker judge by default: status 408, 429 or 5xx but 501
+// and 505, or a transport error, timeouts included; not a context's error,
+// ErrTotalTimeout, ErrOverloaded, a TLS failure or a malformed request. It
+// does not say whether a request is safe to repeat.
 func IsTransient(resp *http.Response, err error) bool {
 	if err != nil {
 		return transientError(err)

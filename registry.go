@@ -17,9 +17,9 @@ type Handlers struct {
 	names  []string
 }
 
-// Handlers builds a Handler for every upstream of c. When configure is not
-// nil it is called first with each upstream's name and Options, to set what
-// a configuration file cannot hold: Logger, OnEvent, ShouldRetry, DelayFunc.
+// Handlers builds a Handler for every upstream of c. A non-nil configure is
+// called first with each upstream's name and Options, to set what a file
+// cannot hold, such as Logger, OnEvent, ShouldRetry or Shared.
 func (c Config) Handlers(configure func(name string, o *Options)) (*Handlers, error) {
 	if len(c.Upstreams) == 0 {
 		return nil, fmt.Errorf("resilience: config: no upstream is configured")
@@ -41,8 +41,7 @@ func (c Config) Handlers(configure func(name string, o *Options)) (*Handlers, er
 	return hs, nil
 }
 
-// Handler returns the handler of the named upstream. An unknown name is an
-// error, never a default handler.
+// Handler returns the named upstream's handler; an unknown name is an error.
 func (hs *Handlers) Handler(name string) (*Handler, error) {
 	hs.mu.RLock()
 	defer hs.mu.RUnlock()
@@ -52,8 +51,7 @@ func (hs *Handlers) Handler(name string) (*Handler, error) {
 	return nil, fmt.Errorf("resilience: no upstream %q (known: %s)", name, strings.Join(hs.names, ", "))
 }
 
-// Transport returns a Transport for the named upstream over base (nil
-// means http.DefaultTransport).
+// Transport returns the named upstream's Handler.Transport over base.
 func (hs *Handlers) Transport(name string, base http.RoundTripper) (*Transport, error) {
 	h, err := hs.Handler(name)
 	if err != nil {

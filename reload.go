@@ -6,35 +6,17 @@ import (
 	"sort"
 )
 
-// Changes is what Handlers.Apply did to the running handlers.
+// Changes is what Handlers.Apply did. Removed upstreams' handlers keep
+// running; Changed lists fields a file can hold, in the order of Options.
 type Changes struct {
-	// Added holds the upstreams new in the configuration, sorted: Apply
-	// built their handlers.
-	Added []string
-
-	// Removed holds the upstreams no longer in the configuration, sorted.
-	// Handlers no longer knows them, but their handlers keep running with
-	// the options they had, for the clients that hold their transports.
-	Removed []string
-
-	// Changed holds, for each upstream kept whose options changed, the
-	// fields that did, by their names in the configuration file
-	// ("retry.maxRetries"), in the order of Options. Fields a file cannot
-	// hold (Logger, OnEvent, the predicates) are applied but not compared.
-	Changed map[string][]string
+	Added   []string            // upstreams new in the configuration, sorted
+	Removed []string            // upstreams no longer in it, sorted
+	Changed map[string][]string // by upstream, fields changed: "retry.delay"
 }
 
-// Apply makes the running handlers follow c, a newly loaded configuration,
-// and reports what changed. Every upstream is validated first, and checked
-// against its running handler as Handler.Update checks (its
-// perHost.enabled cannot change): any error changes nothing. Then each
-// upstream kept is updated in place with Handler.Update, keeping its
-// circuit, limits in flight and retry budget; each new upstream gets a new
-// handler; the upstreams c no longer names are dropped from hs, their
-// handlers left running. configure, when not nil, is called with each
-// upstream's name and Options before they are validated, as for
-// Config.Handlers. Apply is safe to call while the handlers serve calls and
-// while other goroutines look them up.
+// Apply validates c's upstreams as Handler.Update does, then updates those
+// kept, adds the new and drops the rest from hs; an error changes nothing.
+// configure is as for Config.Handlers. It is safe for concurrent use.
 func (hs *Handlers) Apply(c Config, configure func(name string, o *Options)) (Changes, error) {
 	if len(c.Upstreams) == 0 {
 		return Changes{}, fmt.Errorf("resilience: config: no upstream is configured")

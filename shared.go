@@ -7,45 +7,19 @@ import (
 	"time"
 )
 
-// A SharedRate is a rate that several processes share through a store,
-// such as redislimit's Redis-backed limiter: the handler asks it for a
-// permit of every call it admits, after the concurrency limit and the
-// local rate. Any store can implement it; it must be safe for concurrent
-// use.
-//
-// There is no reservation to cancel: Take either hands over a permit now
-// or hands over nothing and says when the next one is due. A caller that
-// waits (RateLimitOptions.Wait) sleeps until then, within its deadline,
-// and asks again; a caller that leaves while waiting has taken nothing.
-// A permit taken is spent, even if the call then fails or is cancelled.
+// A SharedRate is a rate shared by processes through a store, such as a
+// redislimit.Limiter, of which every call takes a permit once admitted. It
+// must be safe for concurrent use. See docs/shared-rate-limit.md.
 type SharedRate interface {
-	// Take takes one permit of the rate named key, which the handler
-	// builds: its name, then a space and the authority
-	// (scheme://host:port) with per-host isolation.
-	//
-	// A zero Wait gives the caller its permit. A positive Wait gives it
-	// none and says when the next permit is due, as a Retry-After would;
-	// another process may take that one first.
-	//
-	// An error refuses the call under ErrRateLimited: the handler cannot
-	// know what share of the rate would be safe to use alone, so a store
-	// that can answer without its backend does so itself and reports it
-	// in SharedRateResult.Fallback. An error of ctx is the caller's.
+	// Take takes a permit of the rate named key, or says in Wait when one is
+	// due. An error but ctx's refuses the call with ErrRateLimited.
 	Take(ctx context.Context, key string) (SharedRateResult, error)
 }
 
 // A SharedRateResult is a SharedRate's answer to Take.
 type SharedRateResult struct {
-	// Wait is zero when the caller has its permit; otherwise it has
-	// none, and the next permit is due in Wait.
-	Wait time.Duration
-
-	// Fallback, when not nil, says that the store answered from a local
-	// rate of its own rather than the shared one, and why: its backend
-	// is slow or unreachable. The handler emits EventSharedRateFallback
-	// when a key's answers start carrying it and EventSharedRateRecovered
-	// when they stop.
-	Fallback error
+	Wait     time.Duration // zero with a permit, or else time to the next
+	Fallback error         // if not nil, why the store used a local rate
 }
 
 // paceShared takes a permit of the shared rate sr, waiting for it when

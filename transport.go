@@ -6,26 +6,17 @@ import (
 )
 
 // Transport is an http.RoundTripper that sends each request through a
-// Handler's resilience stack to a base RoundTripper. Use it as the
-// Transport of an http.Client. It never modifies the caller's request.
-//
-// As with http.Transport, the caller must close the response body, or read
-// it to EOF: the call holds its concurrency permit and its total timeout
-// until then.
-//
-// The zero value is ready to use: &Transport{} is the standard handler
-// (Options{}) over http.DefaultTransport, made on first use. Like
-// http.Transport, a Transport must not be copied after first use.
+// Handler to a base RoundTripper, never modifying it. The zero Transport is
+// the standard handler over http.DefaultTransport. As with http.Transport,
+// close the response body or read it to EOF, and do not copy one in use.
 type Transport struct {
 	h    *Handler
 	base http.RoundTripper
 	once sync.Once // makes the zero value's handler
 }
 
-// NewTransport returns a Transport with a Handler of its own built from
-// opts. A nil base means http.DefaultTransport. To share one upstream's
-// state among several clients, build the Handler with NewHandler and call
-// its Transport method instead.
+// NewTransport returns a Transport over base (nil: http.DefaultTransport)
+// with a Handler of its own; to share one, use [Handler.Transport].
 func NewTransport(base http.RoundTripper, opts Options) (*Transport, error) {
 	h, err := NewHandler(opts)
 	if err != nil {
@@ -34,12 +25,8 @@ func NewTransport(base http.RoundTripper, opts Options) (*Transport, error) {
 	return h.Transport(base), nil
 }
 
-// NewHedgingTransport returns a Transport with the standard hedging handler,
-// the counterpart of .NET's AddStandardHedgingHandler: the total timeout,
-// then hedging (one more attempt after 2s by default, up to 10), and inside,
-// per authority, a concurrency limit, a circuit breaker and the attempt
-// timeout. It is NewTransport with Hedging.Enabled and PerHost.Enabled set;
-// the other fields of opts mean what they mean there.
+// NewHedgingTransport is NewTransport with Hedging.Enabled and
+// PerHost.Enabled set: .NET's standard hedging handler.
 func NewHedgingTransport(base http.RoundTripper, opts Options) (*Transport, error) {
 	opts.Hedging.Enabled = true
 	opts.PerHost.Enabled = true
@@ -58,8 +45,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.h.roundTrip(t.base, req)
 }
 
-// CloseIdleConnections closes the idle connections of the base
-// RoundTripper, if it has such a method.
+// CloseIdleConnections calls the base RoundTripper's CloseIdleConnections,
+// if any.
 func (t *Transport) CloseIdleConnections() {
 	t.init()
 	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
