@@ -178,7 +178,7 @@ func requestFault(body *httpbody.Sent, err error) error {
 // attempt the budget does not count) how an attempt went (the first of its
 // call, or a later one), and reports whether it is a
 // failure the retry layer would retry. The standard classification
-// (IsTransient) is computed once for all three; with Hedging.Endpoints it
+// (IsTransient) is computed once for all three; with Endpoints it
 // counts an endpoint's own failure (endpointFault) too, which moves the
 // call on to another endpoint.
 func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.Response, err error) (retryable bool) {

@@ -43,7 +43,7 @@ type attemptContext struct {
 	c     *call
 	n     int
 	delay time.Duration
-	ep    *endpoint // nil unless routed by Hedging.Endpoints
+	ep    *endpoint // nil unless routed by Endpoints
 }
 
 type attemptKey struct{}

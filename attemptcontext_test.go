@@ -112,8 +112,8 @@ func TestAttemptFromContextHedgedEndpoints(t *testing.T) {
 		PerHost: PerHostOptions{Enabled: true},
 		Hedging: HedgingOptions{
 			Enabled: true, MaxHedges: 1, Delay: time.Millisecond, MaxExtraLoad: NoExtraLoadCap,
-			Endpoints: []Endpoint{{URL: primary.URL()}, {URL: secondary.URL()}},
 		},
+		Endpoints: []Endpoint{{URL: primary.URL()}, {URL: secondary.URL()}},
 		OnEvent: func(e Event) {
 			if e.Kind == EventAttempt {
 				mu.Lock()

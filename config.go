@@ -402,15 +402,23 @@ var hedgingFields = fieldSet[HedgingOptions]{
 	"maxDelay": durationField(func(o *HedgingOptions) *time.Duration { return &o.MaxDelay },
 		keepZero),
 	"maxExtraLoad": maxExtraLoadField,
-	"routing":      routingField,
-	"endpoints":    endpointsField,
+	"routing":      movedField[HedgingOptions]("routing"),
+	"endpoints":    movedField[HedgingOptions]("endpoints"),
+}
+
+// movedField refuses a field written where it was before it moved to the
+// top level of an upstream, and says where it is now.
+func movedField[T any](name string) func(*T, json.RawMessage, string) error {
+	return func(_ *T, _ json.RawMessage, path string) error {
+		return configErr(path, "moved: write %q beside \"hedging\", for retries and hedges alike", name)
+	}
 }
 
 // maxExtraLoadField reads hedging.maxExtraLoad; a written 0 meant no cap.
 var maxExtraLoadField = floatField(func(o *HedgingOptions) *float64 { return &o.MaxExtraLoad },
 	refuseZero("no cap", "-1 (NoExtraLoadCap) for no cap"))
 
-func routingField(o *HedgingOptions, raw json.RawMessage, path string) error {
+func routingField(o *fileOptions, raw json.RawMessage, path string) error {
 	var s string
 	_ = json.Unmarshal(raw, &s)
 	for _, r := range []Routing{RouteOrdered, RouteWeighted} {
@@ -432,9 +440,9 @@ var endpointFields = fieldSet[Endpoint]{
 	"weight": intField(func(e *Endpoint) *int { return &e.Weight }, keepZero),
 }
 
-// endpointsField reads hedging.endpoints, a list of {"url": ..., "weight": ...}.
+// endpointsField reads endpoints, a list of {"url": ..., "weight": ...}.
 // An upstream's list replaces the defaults'.
-func endpointsField(o *HedgingOptions, raw json.RawMessage, path string) error {
+func endpointsField(o *fileOptions, raw json.RawMessage, path string) error {
 	var list []json.RawMessage
 	if err := strictUnmarshal(raw, &list); err != nil || list == nil {
 		return configErr(path, "want a list of endpoints such as [{\"url\": \"https://a.internal\"}], got %s", brief(raw))
@@ -475,6 +483,8 @@ var optionFields = fieldSet[fileOptions]{
 	"perHost":        objectField(perHostFields, func(o *fileOptions) *PerHostOptions { return &o.PerHost }),
 	"retryBudget":    objectField(retryBudgetFields, func(o *fileOptions) *RetryBudgetOptions { return &o.RetryBudget }),
 	"hedging":        objectField(hedgingFields, func(o *fileOptions) *HedgingOptions { return &o.Hedging }),
+	"endpoints":      endpointsField,
+	"routing":        routingField,
 	"fallback":       objectField(fallbackFields, func(o *fileOptions) *FallbackOptions { return &o.Fallback }),
 	"logLevels":      logLevelsField,
 	"idempotency":    objectField(idempotencyFields, func(o *fileOptions) *IdempotencyOptions { return &o.Idempotency }),

@@ -487,38 +487,35 @@ func TestLoadConfigNegativeDelayRetriesAtOnce(t *testing.T) {
 // Endpoints and weights in a named upstream; mistakes name the field.
 func TestLoadConfigEndpoints(t *testing.T) {
 	cfg, err := LoadConfig(strings.NewReader(`{
-	  "defaults": {"perHost": {"enabled": true}},
-	  "upstreams": {"orders": {"hedging": {
-	    "enabled": true, "delay": "300ms", "delayPercentile": 0.95, "maxExtraLoad": 0.1,
+	  "upstreams": {"orders": {
+	    "hedging": {"enabled": true, "delay": "300ms", "delayPercentile": 0.95, "maxExtraLoad": 0.1},
 	    "routing": "weighted",
 	    "endpoints": [{"url": "https://stable.orders.internal", "weight": 90},
-	                  {"url": "https://canary.orders.internal/v2", "weight": 10}]}}}}`))
+	                  {"url": "https://canary.orders.internal/v2", "weight": 10}]}}}`))
 	require.NoError(t, err)
-	hg := cfg.Upstreams["orders"].Hedging
-	assert.Equal(t, RouteWeighted, hg.Routing)
-	assert.Equal(t, []Endpoint{{URL: "https://stable.orders.internal", Weight: 90}, {URL: "https://canary.orders.internal/v2", Weight: 10}}, hg.Endpoints)
-	assert.Equal(t, 0.95, hg.DelayPercentile)
-	assert.Equal(t, 0.1, hg.MaxExtraLoad)
+	o := cfg.Upstreams["orders"]
+	assert.Equal(t, RouteWeighted, o.Routing)
+	assert.Equal(t, []Endpoint{{URL: "https://stable.orders.internal", Weight: 90}, {URL: "https://canary.orders.internal/v2", Weight: 10}}, o.Endpoints)
+	assert.Equal(t, 0.95, o.Hedging.DelayPercentile)
+	assert.Equal(t, 0.1, o.Hedging.MaxExtraLoad)
 	_, err = cfg.Handlers(nil)
 	require.NoError(t, err)
 
-	for _, tc := range []struct{ hedging, want string }{
-		{`{"routing": "random"}`, `upstreams.a.hedging.routing: want "ordered" or "weighted", got "random"`},
-		{`{"endpoints": "http://a"}`, `upstreams.a.hedging.endpoints: want a list of endpoints`},
-		{`{"endpoints": [{"url": "http://a", "wieght": 2}]}`, `upstreams.a.hedging.endpoints[0].wieght: unknown field (known: url, weight)`},
-		{`{"endpoints": [{"weight": 2}]}`, `upstreams.a.hedging.endpoints[0].url: is missing`},
-		{`{"endpoints": [{"url": "http://a"}, {"url": "ftp://b"}]}`, `upstreams.a.hedging.endpoints[1].url (ftp://b): must start with`},
-		{`{"endpoints": [{"url": "http://a"}, {"url": "http://a/v2"}]}`, `has the authority of hedging.endpoints[0]`},
-		{`{"delayPercentile": 95}`, `upstreams.a.hedging.delayPercentile (95): must be in (0, 1)`},
+	for _, tc := range []struct{ fields, want string }{
+		{`"routing": "random"`, `upstreams.a.routing: want "ordered" or "weighted", got "random"`},
+		{`"endpoints": "http://a"`, `upstreams.a.endpoints: want a list of endpoints`},
+		{`"endpoints": [{"url": "http://a", "wieght": 2}]`, `upstreams.a.endpoints[0].wieght: unknown field (known: url, weight)`},
+		{`"endpoints": [{"weight": 2}]`, `upstreams.a.endpoints[0].url: is missing`},
+		{`"endpoints": [{"url": "http://a"}, {"url": "ftp://b"}]`, `upstreams.a.endpoints[1].url (ftp://b): must start with`},
+		{`"endpoints": [{"url": "http://a"}, {"url": "http://a/v2"}]`, `has the authority of endpoints[0]`},
+		{`"hedging": {"routing": "weighted"}`, `upstreams.a.hedging.routing: moved: write "routing" beside "hedging"`},
+		{`"hedging": {"delayPercentile": 95}`, `upstreams.a.hedging.delayPercentile (95): must be in (0, 1)`},
 	} {
-		perHost := `"perHost": {"enabled": true}, `
-		_, err := LoadConfig(strings.NewReader(`{"upstreams": {"a": {` + perHost + `"hedging": ` + tc.hedging + `}}}`))
-		require.Error(t, err, tc.hedging)
+		_, err := LoadConfig(strings.NewReader(`{"upstreams": {"a": {` + tc.fields + `}}}`))
+		require.Error(t, err, tc.fields)
 		assert.Contains(t, err.Error(), tc.want)
 	}
-	cfg0, err := LoadConfig(strings.NewReader(`{"upstreams": {"a": {"perHost": {"enabled": true}, "hedging": {"endpoints": [{"url": "http://a", "weight": 0}]}}}}`))
-	require.NoError(t, err, "a written weight 0 is the default, as in Options")
-	assert.Zero(t, cfg0.Upstreams["a"].Hedging.Endpoints[0].Weight)
-	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"a": {"hedging": {"endpoints": [{"url": "http://a"}]}}}}`))
-	assert.ErrorContains(t, err, "upstreams.a.hedging.endpoints (1): needs perHost.enabled")
+	cfg0, err := LoadConfig(strings.NewReader(`{"upstreams": {"a": {"endpoints": [{"url": "http://a", "weight": 0}]}}}`))
+	require.NoError(t, err, "a written weight 0 is the default, as in Options; no perHost needed")
+	assert.Zero(t, cfg0.Upstreams["a"].Endpoints[0].Weight)
 }

@@ -96,10 +96,10 @@ func TestEndpointsTLSFailureFailsOver(t *testing.T) {
 		t.Run(bad.name, func(t *testing.T) {
 			trace := &endpointTrace{}
 			tr, err := NewTransport(&http.Transport{}, Options{
-				PerHost: PerHostOptions{Enabled: true},
-				Retry:   RetryOptions{Delay: -1},
-				Hedging: HedgingOptions{Endpoints: []Endpoint{{URL: bad.url}, {URL: healthy.URL}}},
-				OnEvent: trace.add,
+				PerHost:   PerHostOptions{Enabled: true},
+				Retry:     RetryOptions{Delay: -1},
+				Endpoints: []Endpoint{{URL: bad.url}, {URL: healthy.URL}},
+				OnEvent:   trace.add,
 			})
 			require.NoError(t, err)
 			defer tr.CloseIdleConnections()
@@ -127,10 +127,10 @@ func TestEndpointsTLSFailureNotRetriedOnSameEndpoint(t *testing.T) {
 	bad := faultyEndpoints(t)[0]
 	trace := &endpointTrace{}
 	tr, err := NewTransport(&http.Transport{}, Options{
-		PerHost: PerHostOptions{Enabled: true},
-		Retry:   RetryOptions{Delay: -1, MaxRetries: 3},
-		Hedging: HedgingOptions{Endpoints: []Endpoint{{URL: bad.url}}},
-		OnEvent: trace.add,
+		PerHost:   PerHostOptions{Enabled: true},
+		Retry:     RetryOptions{Delay: -1, MaxRetries: 3},
+		Endpoints: []Endpoint{{URL: bad.url}},
+		OnEvent:   trace.add,
 	})
 	require.NoError(t, err)
 	defer tr.CloseIdleConnections()
@@ -145,10 +145,10 @@ func TestEndpointsTLSFailureNotRetriedOnSameEndpoint(t *testing.T) {
 	busy := newReplica(t, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "busy", http.StatusServiceUnavailable) })
 	trace = &endpointTrace{}
 	tr2, err := NewTransport(&http.Transport{}, Options{
-		PerHost: PerHostOptions{Enabled: true},
-		Retry:   RetryOptions{Delay: -1, MaxRetries: 3},
-		Hedging: HedgingOptions{Endpoints: []Endpoint{{URL: bad.url}, {URL: busy.URL}}},
-		OnEvent: trace.add,
+		PerHost:   PerHostOptions{Enabled: true},
+		Retry:     RetryOptions{Delay: -1, MaxRetries: 3},
+		Endpoints: []Endpoint{{URL: bad.url}, {URL: busy.URL}},
+		OnEvent:   trace.add,
 	})
 	require.NoError(t, err)
 	defer tr2.CloseIdleConnections()
@@ -169,9 +169,10 @@ func TestEndpointsTLSFailureHedged(t *testing.T) {
 		t.Run(bad.name+", first", func(t *testing.T) {
 			healthy := newReplica(t, answer("healthy"))
 			trace := &endpointTrace{}
-			tr, err := NewHedgingTransport(&http.Transport{}, Options{
-				Hedging: HedgingOptions{Delay: time.Hour, Endpoints: []Endpoint{{URL: bad.url}, {URL: healthy.URL}}},
-				OnEvent: trace.add,
+			tr, err := NewTransport(&http.Transport{}, Options{
+				Hedging:   HedgingOptions{Enabled: true, Delay: time.Hour},
+				Endpoints: []Endpoint{{URL: bad.url}, {URL: healthy.URL}},
+				OnEvent:   trace.add,
 			})
 			require.NoError(t, err)
 			defer tr.CloseIdleConnections()
@@ -192,8 +193,9 @@ func TestEndpointsTLSFailureHedged(t *testing.T) {
 				case <-r.Context().Done():
 				}
 			})
-			tr, err := NewHedgingTransport(&http.Transport{}, Options{
-				Hedging: HedgingOptions{Delay: time.Millisecond, Endpoints: []Endpoint{{URL: slow.URL}, {URL: bad.url}}},
+			tr, err := NewTransport(&http.Transport{}, Options{
+				Hedging:   HedgingOptions{Enabled: true, Delay: time.Millisecond},
+				Endpoints: []Endpoint{{URL: slow.URL}, {URL: bad.url}},
 				OnEvent: func(e Event) {
 					if e.Kind == EventAttempt && e.Endpoint == bad.url {
 						once.Do(func() { close(failed) })
@@ -230,9 +232,9 @@ func TestEndpointsFailoverIgnoresOtherEndpointsRetryAfter(t *testing.T) {
 		return Options{
 			PerHost:      PerHostOptions{Enabled: true},
 			TotalTimeout: 3 * time.Second, AttemptTimeout: time.Second,
-			Retry:   RetryOptions{Delay: time.Millisecond, MaxDelay: 10 * time.Millisecond},
-			Hedging: HedgingOptions{Endpoints: endpointsOf(eps...)},
-			OnEvent: rec.add,
+			Retry:     RetryOptions{Delay: time.Millisecond, MaxDelay: 10 * time.Millisecond},
+			Endpoints: endpointsOf(eps...),
+			OnEvent:   rec.add,
 		}
 	}
 	get := func(t *testing.T, tr http.RoundTripper) (*http.Response, *Report) {

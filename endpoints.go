@@ -9,17 +9,17 @@ import (
 	"strings"
 )
 
-// routing is a call with Hedging.Endpoints choosing its endpoints.
+// routing is a call with Endpoints choosing its endpoints.
 type routing struct{ *call }
 
 // Routing across endpoints: where each attempt of a call goes when
-// Hedging.Endpoints is set. The retry loop (standard.go) and the hedging
+// Endpoints is set. The retry loop (standard.go) and the hedging
 // loop (hedge.go) both ask the call's route for the next attempt's
 // endpoint; each endpoint is an authority of the handler's host table, so
 // it has a circuit breaker of its own, and an endpoint whose circuit
 // refuses is passed over at once for the next.
 
-// Routing says how a call's attempts are spread over Hedging.Endpoints.
+// Routing says how a call's attempts are spread over Endpoints.
 type Routing int
 
 // Routing modes. The zero value is RouteOrdered.
@@ -39,13 +39,13 @@ func (r Routing) String() string {
 }
 
 // An Endpoint is one place the attempts of a call can go: a deployment, a
-// replica or a region of the upstream. See HedgingOptions.Endpoints.
+// replica or a region of the upstream. See Options.Endpoints.
 type Endpoint struct {
 	URL    string // the base, required: scheme://host[:port][/prefix]
 	Weight int    // RouteWeighted's share, at most 1000000; default 1
 }
 
-// maxEndpoints bounds Hedging.Endpoints: a route keeps which endpoints a
+// maxEndpoints bounds Endpoints: a route keeps which endpoints a
 // call tried in one word, and its states in a fixed array.
 const maxEndpoints = 16
 
@@ -65,28 +65,26 @@ type router struct {
 	total uint64 // the sum of the weights
 }
 
-// resolveEndpoints validates the endpoints of hg and returns their router,
+// resolveEndpoints validates the endpoints of o and returns their router,
 // or nil when there are none.
-func resolveEndpoints(hg *HedgingOptions, perHost bool, bad func(string, any, string) error) (*router, error) {
+func resolveEndpoints(o *Options, bad func(string, any, string) error) (*router, error) {
 	switch {
-	case hg.Routing < RouteOrdered || hg.Routing > RouteWeighted:
-		return nil, bad("Hedging.Routing", hg.Routing, "must be RouteOrdered or RouteWeighted")
-	case hg.Endpoints == nil:
+	case o.Routing < RouteOrdered || o.Routing > RouteWeighted:
+		return nil, bad("Routing", o.Routing, "must be RouteOrdered or RouteWeighted")
+	case o.Endpoints == nil:
 		return nil, nil
-	case len(hg.Endpoints) == 0:
+	case len(o.Endpoints) == 0:
 		// An explicit empty list (JSON []) is a mistake, not "none": a
 		// list that lost its entries would otherwise send every call to
 		// the request's own URL without a word.
-		return nil, bad("Hedging.Endpoints", "[]", "must hold at least one endpoint; leave it unset for none")
-	case len(hg.Endpoints) > maxEndpoints:
-		return nil, bad("Hedging.Endpoints", len(hg.Endpoints), fmt.Sprintf("must hold at most %d endpoints", maxEndpoints))
-	case !perHost:
-		return nil, bad("Hedging.Endpoints", len(hg.Endpoints), "needs PerHost.Enabled: each endpoint has a circuit breaker of its own (NewHedgingTransport sets it)")
+		return nil, bad("Endpoints", "[]", "must hold at least one endpoint; leave it unset for none")
+	case len(o.Endpoints) > maxEndpoints:
+		return nil, bad("Endpoints", len(o.Endpoints), fmt.Sprintf("must hold at most %d endpoints", maxEndpoints))
 	}
-	rt := &router{mode: hg.Routing, eps: make([]endpoint, len(hg.Endpoints))}
-	seen := make(map[hostKey]int, len(hg.Endpoints))
-	for i, e := range hg.Endpoints {
-		field := fmt.Sprintf("Hedging.Endpoints[%d]", i)
+	rt := &router{mode: o.Routing, eps: make([]endpoint, len(o.Endpoints))}
+	seen := make(map[hostKey]int, len(o.Endpoints))
+	for i, e := range o.Endpoints {
+		field := fmt.Sprintf("Endpoints[%d]", i)
 		u, err := url.Parse(e.URL)
 		switch {
 		case err != nil:
@@ -104,7 +102,7 @@ func resolveEndpoints(hg *HedgingOptions, perHost bool, bad func(string, any, st
 		}
 		key := keyOf(u)
 		if j, ok := seen[key]; ok {
-			return nil, bad(field+".URL", e.URL, fmt.Sprintf("has the authority of Hedging.Endpoints[%d]; each endpoint needs its own, for a circuit of its own", j))
+			return nil, bad(field+".URL", e.URL, fmt.Sprintf("has the authority of Endpoints[%d]; each endpoint needs its own, for a circuit of its own", j))
 		}
 		seen[key] = i
 		ep := endpoint{
@@ -243,7 +241,7 @@ func (rt *route) state(h *Handler, i int) *hostState {
 	return s
 }
 
-// newRoute returns the call's route, or nil without Hedging.Endpoints.
+// newRoute returns the call's route, or nil without Endpoints.
 func (c routing) newRoute() *route {
 	if c.cfg.route == nil {
 		return nil

@@ -97,9 +97,10 @@ func TestEndpointsSlowPrimaryLosesToSecondary(t *testing.T) {
 	})
 	secondary := newReplica(t, answer("secondary"))
 	rec := &evRecorder{measures: true}
-	tr, err := NewHedgingTransport(&http.Transport{}, Options{
-		Hedging: HedgingOptions{Delay: 5 * time.Millisecond, Endpoints: endpointsOf(primary, secondary)},
-		OnEvent: rec.add,
+	tr, err := NewTransport(&http.Transport{}, Options{
+		Hedging:   HedgingOptions{Enabled: true, Delay: 5 * time.Millisecond},
+		Endpoints: endpointsOf(primary, secondary),
+		OnEvent:   rec.add,
 	})
 	require.NoError(t, err)
 	defer tr.CloseIdleConnections()
@@ -125,9 +126,10 @@ func TestEndpointsOpenCircuitSkippedAtOnce(t *testing.T) {
 	primary := newReplica(t, answer("primary"))
 	secondary := newReplica(t, answer("secondary"))
 	rec := &evRecorder{}
-	tr, err := NewHedgingTransport(&http.Transport{}, Options{
-		Hedging: HedgingOptions{Delay: time.Hour, Endpoints: endpointsOf(primary, secondary)},
-		OnEvent: rec.add,
+	tr, err := NewTransport(&http.Transport{}, Options{
+		Hedging:   HedgingOptions{Enabled: true, Delay: time.Hour},
+		Endpoints: endpointsOf(primary, secondary),
+		OnEvent:   rec.add,
 	})
 	require.NoError(t, err)
 	defer tr.CloseIdleConnections()
@@ -166,9 +168,10 @@ func TestEndpointsWeightedSplit(t *testing.T) {
 	tr, err := NewTransport(&http.Transport{}, Options{
 		PerHost: PerHostOptions{Enabled: true},
 		Retry:   RetryOptions{Disabled: true},
-		Hedging: HedgingOptions{Routing: RouteWeighted, Endpoints: []Endpoint{
+		Routing: RouteWeighted,
+		Endpoints: []Endpoint{
 			{URL: stable.URL, Weight: 90}, {URL: canary.URL, Weight: 10},
-		}},
+		},
 	})
 	require.NoError(t, err)
 	defer tr.CloseIdleConnections()
@@ -194,10 +197,12 @@ func TestEndpointsWeightedSplit(t *testing.T) {
 func TestEndpointsWeightedHedgeGoesElsewhere(t *testing.T) {
 	first := newReplica(t, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "busy", http.StatusServiceUnavailable) })
 	second := newReplica(t, answer("second"))
-	tr, err := NewHedgingTransport(&http.Transport{}, Options{
-		Hedging: HedgingOptions{Routing: RouteWeighted, Endpoints: []Endpoint{
+	tr, err := NewTransport(&http.Transport{}, Options{
+		Hedging: HedgingOptions{Enabled: true},
+		Routing: RouteWeighted,
+		Endpoints: []Endpoint{
 			{URL: first.URL, Weight: 1_000_000}, {URL: second.URL, Weight: 1},
-		}},
+		},
 	})
 	require.NoError(t, err)
 	defer tr.CloseIdleConnections()
@@ -218,10 +223,10 @@ func TestEndpointsFailoverRetries(t *testing.T) {
 	rec := &evRecorder{measures: true}
 	base := &bodies{base: &http.Transport{}}
 	tr, err := NewTransport(base, Options{
-		PerHost: PerHostOptions{Enabled: true},
-		Retry:   RetryOptions{Delay: -1},
-		Hedging: HedgingOptions{Endpoints: endpointsOf(a, b, c)},
-		OnEvent: rec.add,
+		PerHost:   PerHostOptions{Enabled: true},
+		Retry:     RetryOptions{Delay: -1},
+		Endpoints: endpointsOf(a, b, c),
+		OnEvent:   rec.add,
 	})
 	require.NoError(t, err)
 	defer tr.CloseIdleConnections()
@@ -255,8 +260,9 @@ func TestEndpointsHostHeaderAndPrefix(t *testing.T) {
 		got <- seen{r.Host, r.RequestURI}
 	})
 	u, _ := url.Parse(up.URL)
-	tr, err := NewHedgingTransport(&http.Transport{}, Options{
-		Hedging: HedgingOptions{Endpoints: []Endpoint{{URL: up.URL + "/api/"}}},
+	tr, err := NewTransport(&http.Transport{}, Options{
+		Hedging:   HedgingOptions{Enabled: true},
+		Endpoints: []Endpoint{{URL: up.URL + "/api/"}},
 	})
 	require.NoError(t, err)
 	defer tr.CloseIdleConnections()
@@ -279,8 +285,9 @@ func TestEndpointsLosersClosed(t *testing.T) {
 	failing := newReplica(t, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "busy", http.StatusServiceUnavailable) })
 	healthy := newReplica(t, answer("ok"))
 	base := &bodies{base: &http.Transport{}}
-	tr, err := NewHedgingTransport(base, Options{
-		Hedging: HedgingOptions{Delay: time.Hour, Endpoints: endpointsOf(failing, healthy)},
+	tr, err := NewTransport(base, Options{
+		Hedging:   HedgingOptions{Enabled: true, Delay: time.Hour},
+		Endpoints: endpointsOf(failing, healthy),
 	})
 	require.NoError(t, err)
 	defer tr.CloseIdleConnections()
@@ -297,34 +304,35 @@ func TestEndpointsValidation(t *testing.T) {
 	ok := Endpoint{URL: "http://a.example"}
 	for _, tc := range []struct {
 		name  string
-		hg    HedgingOptions
-		noPer bool
+		o     Options
 		field string
 	}{
-		{"no per-host", HedgingOptions{Endpoints: []Endpoint{ok}}, true, "Hedging.Endpoints"},
-		{"empty", HedgingOptions{Endpoints: []Endpoint{}}, false, "Hedging.Endpoints"},
-		{"empty, no per-host", HedgingOptions{Endpoints: []Endpoint{}}, true, "Hedging.Endpoints"},
-		{"scheme", HedgingOptions{Endpoints: []Endpoint{{URL: "ftp://a.example"}}}, false, "Hedging.Endpoints[0].URL"},
-		{"no host", HedgingOptions{Endpoints: []Endpoint{ok, {URL: "http:///x"}}}, false, "Hedging.Endpoints[1].URL"},
-		{"query", HedgingOptions{Endpoints: []Endpoint{{URL: "http://a.example/?x=1"}}}, false, "Hedging.Endpoints[0].URL"},
-		{"userinfo", HedgingOptions{Endpoints: []Endpoint{{URL: "http://u:p@a.example"}}}, false, "Hedging.Endpoints[0].URL"},
-		{"same authority", HedgingOptions{Endpoints: []Endpoint{ok, {URL: "HTTP://A.example:80/v2"}}}, false, "Hedging.Endpoints[1].URL"},
-		{"weight", HedgingOptions{Endpoints: []Endpoint{{URL: ok.URL, Weight: -1}}}, false, "Hedging.Endpoints[0].Weight"},
-		{"routing", HedgingOptions{Routing: 7}, false, "Hedging.Routing"},
-		{"percentile", HedgingOptions{DelayPercentile: 1}, false, "Hedging.DelayPercentile"},
-		{"floor over ceiling", HedgingOptions{MinDelay: time.Second, MaxDelay: time.Millisecond}, false, "Hedging.MaxDelay"},
-		{"extra load", HedgingOptions{MaxExtraLoad: -0.5}, false, "Hedging.MaxExtraLoad"},
+		{"empty", Options{Endpoints: []Endpoint{}}, "Endpoints"},
+		{"too many", Options{Endpoints: make([]Endpoint, 17)}, "Endpoints"},
+		{"scheme", Options{Endpoints: []Endpoint{{URL: "ftp://a.example"}}}, "Endpoints[0].URL"},
+		{"no host", Options{Endpoints: []Endpoint{ok, {URL: "http:///x"}}}, "Endpoints[1].URL"},
+		{"query", Options{Endpoints: []Endpoint{{URL: "http://a.example/?x=1"}}}, "Endpoints[0].URL"},
+		{"userinfo", Options{Endpoints: []Endpoint{{URL: "http://u:p@a.example"}}}, "Endpoints[0].URL"},
+		{"same authority", Options{Endpoints: []Endpoint{ok, {URL: "HTTP://A.example:80/v2"}}}, "Endpoints[1].URL"},
+		{"weight", Options{Endpoints: []Endpoint{{URL: ok.URL, Weight: -1}}}, "Endpoints[0].Weight"},
+		{"routing", Options{Routing: 7}, "Routing"},
+		{"hosts", Options{Endpoints: []Endpoint{ok, {URL: "http://b.example"}}, PerHost: PerHostOptions{MaxHosts: 1}}, "PerHost.MaxHosts"},
+		{"percentile", Options{Hedging: HedgingOptions{DelayPercentile: 1}}, "Hedging.DelayPercentile"},
+		{"floor over ceiling", Options{Hedging: HedgingOptions{MinDelay: time.Second, MaxDelay: time.Millisecond}}, "Hedging.MaxDelay"},
+		{"extra load", Options{Hedging: HedgingOptions{MaxExtraLoad: -0.5}}, "Hedging.MaxExtraLoad"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := NewHandler(Options{PerHost: PerHostOptions{Enabled: !tc.noPer}, Hedging: tc.hg})
+			_, err := NewHandler(tc.o)
 			var oe *optionError
 			require.ErrorAs(t, err, &oe)
 			assert.Equal(t, tc.field, oe.field)
 			assert.NotContains(t, err.Error(), "u:p", "no credentials in errors")
 		})
 	}
-	_, err := NewHandler(Options{PerHost: PerHostOptions{Enabled: true}, Hedging: HedgingOptions{MaxExtraLoad: NoExtraLoadCap, Endpoints: []Endpoint{ok}}})
-	require.NoError(t, err)
+	for _, perHost := range []bool{false, true} { // endpoints need no PerHost
+		_, err := NewHandler(Options{PerHost: PerHostOptions{Enabled: perHost}, Hedging: HedgingOptions{MaxExtraLoad: NoExtraLoadCap}, Endpoints: []Endpoint{ok}})
+		require.NoError(t, err)
+	}
 }
 
 // No Endpoints: nothing is routed, and the call's URL is the request's.
@@ -337,15 +345,52 @@ func TestEndpointsNoneRouteNothing(t *testing.T) {
 // Issue 18, item 10: an explicitly empty list of endpoints is refused,
 // naming the field, from Go and from a file; nil means none.
 func TestEndpointsEmptyListRefused(t *testing.T) {
-	_, err := NewHandler(Options{PerHost: PerHostOptions{Enabled: true}, Hedging: HedgingOptions{Endpoints: []Endpoint{}}})
+	_, err := NewHandler(Options{Endpoints: []Endpoint{}})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "resilience: ")
-	assert.Contains(t, err.Error(), "Hedging.Endpoints ([]): must hold at least one endpoint")
+	assert.Contains(t, err.Error(), "Endpoints ([]): must hold at least one endpoint")
 
-	_, err = NewHandler(Options{PerHost: PerHostOptions{Enabled: true}, Hedging: HedgingOptions{Endpoints: nil}})
+	_, err = NewHandler(Options{Endpoints: nil})
 	require.NoError(t, err)
 
-	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"a": {"perHost": {"enabled": true}, "hedging": {"endpoints": []}}}}`))
+	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"a": {"endpoints": []}}}`))
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "upstreams.a.hedging.endpoints ([]): must hold at least one endpoint")
+	assert.Contains(t, err.Error(), "upstreams.a.endpoints ([]): must hold at least one endpoint")
+
+	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"a": {"hedging": {"endpoints": [{"url": "http://a"}]}}}}`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `upstreams.a.hedging.endpoints: moved: write "endpoints" beside "hedging"`, "the old place says where the field went")
+}
+
+// Endpoints need no PerHost: with retries alone (no hedging), each
+// endpoint has a circuit of its own, reported by authority, and calls fail
+// over to the one left healthy while the handler's own limits stay one for
+// all calls.
+func TestEndpointsWithoutPerHost(t *testing.T) {
+	down := newReplica(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+	up := newReplica(t, answer("up"))
+	tr, err := NewTransport(&http.Transport{}, Options{
+		Retry:          RetryOptions{MaxRetries: 1, Delay: time.Millisecond, IgnoreRetryAfter: true},
+		RetryBudget:    RetryBudgetOptions{Disabled: true},
+		CircuitBreaker: CircuitBreakerOptions{FailureRatio: 0.5, MinimumThroughput: 4, BreakDuration: time.Hour},
+		Endpoints:      endpointsOf(down, up),
+	})
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+	for range 8 {
+		status, body := routedGet(t, tr, "http://orders.invalid/")
+		require.Equal(t, http.StatusOK, status)
+		require.Equal(t, "up", body, "a failover retry answers")
+	}
+	h := tr.Handler()
+	du, _ := url.Parse(down.URL)
+	uu, _ := url.Parse(up.URL)
+	assert.Equal(t, map[string]CircuitState{keyOf(du).String(): CircuitOpen, keyOf(uu).String(): CircuitClosed}, h.HostCircuitStates())
+	assert.Equal(t, CircuitOpen, h.CircuitState(), "the handler reports its least healthy endpoint, as with PerHost")
+	assert.EqualValues(t, 4, down.hits.Load(), "the open circuit passes the endpoint over")
+	assert.Contains(t, h.OverloadStats(), "", "admission and the limit of calls are the handler's")
+	assert.NotNil(t, h.shared)
+
+	h.CloseCircuit()
+	assert.Equal(t, CircuitClosed, h.HostCircuitStates()[keyOf(du).String()], "CloseCircuit closes every endpoint's")
 }

@@ -100,7 +100,7 @@ type Event struct {
 	StatusCode int           // the response status it concerns, if any
 	Err        error         // the error it concerns, if any; for EventCircuitOpened, why
 
-	// Endpoint is, for an attempt routed by Hedging.Endpoints, the base URL
+	// Endpoint is, for an attempt routed by Endpoints, the base URL
 	// of the endpoint it went to, as configured (never the request's URL,
 	// so that it has as few values as there are endpoints): on
 	// EventAttempt, EventAttemptTimeout, and EventCircuitRejected

@@ -299,9 +299,9 @@ func healthyUpstream() *httptest.Server {
 	}))
 }
 
-// The standard hedging handler: a slow answer is overtaken by a hedge sent
-// after Delay; the slow attempt is cancelled.
-func ExampleNewHedgingTransport() {
+// Hedging, .NET's standard hedging handler: a slow answer is overtaken by
+// a hedge sent after Delay; the slow attempt is cancelled.
+func ExampleHedgingOptions() {
 	var calls atomic.Int32
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if calls.Add(1) == 1 {
@@ -312,9 +312,9 @@ func ExampleNewHedgingTransport() {
 	}))
 	defer upstream.Close()
 
-	t, err := resilience.NewHedgingTransport(nil, resilience.Options{
+	t, err := resilience.NewTransport(nil, resilience.Options{
 		Name:    "catalog",
-		Hedging: resilience.HedgingOptions{Delay: 50 * time.Millisecond},
+		Hedging: resilience.HedgingOptions{Enabled: true, Delay: 50 * time.Millisecond},
 	})
 	if err != nil {
 		panic(err)
@@ -522,12 +522,10 @@ func ExampleEndpoint() {
 	}))
 	defer secondary.Close()
 
-	t, err := resilience.NewHedgingTransport(nil, resilience.Options{
-		Name: "orders",
-		Hedging: resilience.HedgingOptions{
-			Delay:     50 * time.Millisecond,
-			Endpoints: []resilience.Endpoint{{URL: primary.URL}, {URL: secondary.URL + "/v2"}},
-		},
+	t, err := resilience.NewTransport(nil, resilience.Options{
+		Name:      "orders",
+		Hedging:   resilience.HedgingOptions{Enabled: true, Delay: 50 * time.Millisecond},
+		Endpoints: []resilience.Endpoint{{URL: primary.URL}, {URL: secondary.URL + "/v2"}},
 	})
 	if err != nil {
 		panic(err)

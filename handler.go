@@ -50,9 +50,8 @@ func NewHandler(opts Options) (*Handler, error) {
 	rb := cfg.RetryBudget
 	h.budget = budget.New(rb.MaxTokens, rb.TokenRatio, rb.RetrySuccessTokens)
 	h.budget.OnChange = h.budgetChanged
-	if cfg.PerHost.Enabled {
-		h.hosts = newHostTable(h)
-	} else {
+	h.hosts = newHostTable(h) // each host's state with PerHost, each endpoint's in any case
+	if !cfg.PerHost.Enabled {
 		h.shared = newHostState(h, "")
 	}
 	return h, nil
@@ -101,25 +100,34 @@ func (h *Handler) CircuitState() CircuitState {
 	if h.isolated.Load() {
 		return CircuitIsolated
 	}
-	if h.shared != nil {
-		return h.shared.circuitState()
-	}
 	worst := CircuitClosed
-	for _, s := range h.hosts.all() {
+	for _, s := range h.states() {
 		worst = max(worst, s.circuitState())
 	}
 	return worst
 }
 
+// states returns every host state h keeps: the shared one, without
+// PerHost, and those of the host table (each host's with PerHost, each
+// endpoint's in any case).
+func (h *Handler) states() []*hostState {
+	states := h.hosts.all()
+	if h.shared != nil {
+		states = append(states, h.shared)
+	}
+	return states
+}
+
 // HostCircuitStates reports the circuit state of every host the handler
 // keeps, by authority (scheme://host:port), or nil without PerHost.
 func (h *Handler) HostCircuitStates() map[string]CircuitState {
-	if h.hosts == nil {
+	hosts := h.hosts.all()
+	if len(hosts) == 0 && h.shared != nil {
 		return nil
 	}
 	isolated := h.isolated.Load()
-	states := make(map[string]CircuitState)
-	for _, s := range h.hosts.all() {
+	states := make(map[string]CircuitState, len(hosts))
+	for _, s := range hosts {
 		if isolated {
 			states[s.host] = CircuitIsolated
 		} else {
@@ -142,11 +150,7 @@ func (h *Handler) IsolateCircuit() {
 func (h *Handler) CloseCircuit() {
 	wasIsolated := h.isolated.Swap(false)
 	closed := false
-	states := []*hostState{h.shared}
-	if h.hosts != nil {
-		states = h.hosts.all()
-	}
-	for _, s := range states {
+	for _, s := range h.states() {
 		if s.circuit.Close() {
 			closed = true
 		}

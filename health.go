@@ -66,11 +66,7 @@ func (h *Handler) openReason() string {
 	if h.isolated.Load() {
 		return strings.TrimPrefix(ErrIsolated.Error(), "resilience: ")
 	}
-	states := []*hostState{h.shared}
-	if h.hosts != nil {
-		states = h.hosts.all()
-	}
-	for _, s := range states {
+	for _, s := range h.states() {
 		if s.circuitState() != CircuitClosed {
 			if r := s.circuit.Reason(); r != nil {
 				if s.host != "" {

@@ -45,7 +45,7 @@ type hedgeOutcome struct {
 	resp *http.Response
 	err  error // for outcomeRejected, why the circuit is open
 	kind outcomeKind
-	ep   int // with Hedging.Endpoints, the index of the attempt's endpoint
+	ep   int // with Endpoints, the index of the attempt's endpoint
 }
 
 // A hedgeTarget is where an attempt goes: the request's own host, whose
@@ -53,7 +53,7 @@ type hedgeOutcome struct {
 // call's loop asked when it picked it (admitted).
 type hedgeTarget struct {
 	s        *hostState
-	ep       *endpoint // nil without Hedging.Endpoints
+	ep       *endpoint // nil without Endpoints
 	idx      int       // the endpoint's index
 	probe    uint64
 	admitted bool
@@ -99,7 +99,7 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 		hedges = cfg.Hedging.MaxHedges
 	}
 	delay := c.hedgeDelay()
-	rt := routing(c).newRoute() // nil without Hedging.Endpoints
+	rt := routing(c).newRoute() // nil without Endpoints
 	if rt != nil {
 		defer routing(c).routeEnded(rt)
 	}

@@ -262,14 +262,14 @@ func TestHedgeTotalTimeoutAndCircuit(t *testing.T) {
 	assert.EqualValues(t, 3, up.hits.Load(), "nothing sent")
 }
 
-func TestHedgingTransportIsPerHost(t *testing.T) {
-	tr, err := NewHedgingTransport(nil, Options{})
+func TestHedgingDefaultsAndValidation(t *testing.T) {
+	tr, err := NewTransport(nil, Options{Hedging: HedgingOptions{Enabled: true}})
 	require.NoError(t, err)
-	assert.NotNil(t, tr.Handler().HostCircuitStates())
 	assert.Equal(t, defaultMaxHedges, tr.Handler().cfg.Load().Hedging.MaxHedges)
 	assert.Equal(t, defaultHedgingDelay, tr.Handler().cfg.Load().Hedging.Delay)
 	for _, o := range []HedgingOptions{{MaxHedges: 11}, {MaxHedges: -1}, {Delay: -time.Second}} {
-		_, err := NewHedgingTransport(nil, Options{Hedging: o})
+		o.Enabled = true
+		_, err := NewTransport(nil, Options{Hedging: o})
 		require.ErrorContains(t, err, "Hedging.")
 	}
 }

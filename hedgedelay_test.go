@@ -25,8 +25,8 @@ func TestHedgeMaxExtraLoadUniformlySlow(t *testing.T) {
 	}))
 	defer up.Close()
 	rec := &evRecorder{}
-	tr, err := NewHedgingTransport(&http.Transport{}, Options{
-		Hedging: HedgingOptions{Delay: time.Millisecond, MaxExtraLoad: 0.1},
+	tr, err := NewTransport(&http.Transport{}, Options{
+		Hedging: HedgingOptions{Enabled: true, Delay: time.Millisecond, MaxExtraLoad: 0.1},
 		OnEvent: rec.add,
 	})
 	require.NoError(t, err)

@@ -247,8 +247,8 @@ func (s *hostState) circuitHolds() bool { return s.circuitState() == CircuitOpen
 
 // callEnded ends a call that began with Handler.stateFor.
 func (s *hostState) callEnded() {
-	if t := s.h.hosts; t != nil {
-		t.release(s)
+	if s != s.h.shared {
+		s.h.hosts.release(s)
 	}
 }
 

@@ -20,7 +20,7 @@ func (h *Handler) Options() Options {
 	o := h.cfg.Load().Options
 	o.Retry.Methods = slices.Clone(o.Retry.Methods)
 	o.Retry.ExcludeMethods = slices.Clone(o.Retry.ExcludeMethods)
-	o.Hedging.Endpoints = slices.Clone(o.Hedging.Endpoints)
+	o.Endpoints = slices.Clone(o.Endpoints)
 	return o
 }
 
@@ -73,7 +73,6 @@ func (h *Handler) commit(cfg *config) {
 	h.fbStore.resize(cfg.Fallback.MaxBytes)
 	if h.shared != nil {
 		h.shared.reconfigure(cfg)
-		return
 	}
 	t := h.hosts
 	t.mu.Lock()

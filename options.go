@@ -59,6 +59,13 @@ type Options struct {
 
 	PerHost PerHostOptions // per-host isolation, off by default
 
+	// Endpoints, if set, are the base URLs of the attempts: retries and
+	// hedges go to the next as Routing says, and each has a circuit breaker
+	// and an overload limit of its own. At most 16, none by default; an
+	// empty, non-nil list is an error.
+	Endpoints []Endpoint
+	Routing   Routing // how attempts go to Endpoints; default RouteOrdered
+
 	// MaxBufferedBody is the most of a body without GetBody held to resend
 	// it; a larger one is never retried. Default 1 MiB; negative holds none.
 	MaxBufferedBody int64
@@ -216,7 +223,7 @@ type RetryOptions struct {
 // Only requests the method rule allows are hedged. Each hedge needs a closed
 // circuit, and one after a failure a budget token. See docs/hedging.md.
 type HedgingOptions struct {
-	Enabled   bool          // off by default; NewHedgingTransport sets it
+	Enabled   bool          // off by default
 	MaxHedges int           // attempts besides the first, at most 10; default 1
 	Delay     time.Duration // how long before the next attempt; default 2s
 
@@ -230,12 +237,6 @@ type HedgingOptions struct {
 	// of the last 10s' calls, plus one: in (0, 10], or NoExtraLoadCap for no
 	// cap. Default 0.05.
 	MaxExtraLoad float64
-
-	// Endpoints, if set, are the base URLs of the attempts, each hedge or
-	// retry to another; they need PerHost.Enabled. At most 16, none by
-	// default; an empty, non-nil list is an error.
-	Endpoints []Endpoint
-	Routing   Routing // how attempts go to Endpoints; default RouteOrdered
 }
 
 // RetryBudgetOptions configures the retry budget of a handler's calls and
@@ -273,7 +274,7 @@ type CircuitBreakerOptions struct {
 type config struct {
 	Options
 	methods methodSet
-	route   *router     // Hedging.Endpoints resolved; nil without
+	route   *router     // Endpoints resolved; nil without
 	logs    *logSummary // the counts of Logger's summarised kinds; nil without Logger
 }
 
@@ -508,9 +509,12 @@ func resolve(o Options) (*config, error) {
 		return nil, err
 	}
 
-	route, rerr := resolveEndpoints(&o.Hedging, o.PerHost.Enabled, bad)
+	route, rerr := resolveEndpoints(&o, bad)
 	if rerr != nil {
 		return nil, rerr
+	}
+	if len(o.Endpoints) > o.PerHost.MaxHosts {
+		return nil, bad("PerHost.MaxHosts", o.PerHost.MaxHosts, fmt.Sprintf("must hold every endpoint (%d)", len(o.Endpoints)))
 	}
 
 	if o.MaxBufferedBody == 0 {

@@ -404,10 +404,7 @@ func (l *overloadLimiter) stats() OverloadStats {
 // OverloadStats returns a snapshot of the overload limiter, by host with
 // PerHost and under "" without, or nil when it is off.
 func (h *Handler) OverloadStats() map[string]OverloadStats {
-	states := []*hostState{h.shared}
-	if h.hosts != nil {
-		states = h.hosts.all()
-	}
+	states := h.states()
 	var out map[string]OverloadStats
 	for _, s := range states {
 		if l := s.policies.Load().overload; l != nil {

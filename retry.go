@@ -17,7 +17,7 @@ type retryLoop struct{ *call }
 func (c retryLoop) run(now time.Time) (*http.Response, error) {
 	cfg := c.cfg
 	c.repeatable = !cfg.Retry.Disabled && (c.keyed || cfg.methods.repeatable(c.req, c.over))
-	rt := routing(c).newRoute() // nil without Hedging.Endpoints
+	rt := routing(c).newRoute() // nil without Endpoints
 	if rt != nil {
 		defer routing(c).routeEnded(rt)
 	}

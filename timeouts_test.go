@@ -223,7 +223,7 @@ func TestTimeoutHedgedTransportTimeoutDoesNotWin(t *testing.T) {
 	defer close(stop)
 	base := &http.Transport{ResponseHeaderTimeout: 100 * time.Millisecond}
 	defer base.CloseIdleConnections()
-	tr, err := NewHedgingTransport(base, Options{AttemptTimeout: -1, Hedging: HedgingOptions{Delay: 50 * time.Millisecond}})
+	tr, err := NewTransport(base, Options{AttemptTimeout: -1, Hedging: HedgingOptions{Enabled: true, Delay: 50 * time.Millisecond}})
 	require.NoError(t, err)
 	resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
 	require.NoError(t, err, "the first attempt's timeout must not win over the healthy hedge")

@@ -25,14 +25,6 @@ func NewTransport(base http.RoundTripper, opts Options) (*Transport, error) {
 	return h.Transport(base), nil
 }
 
-// NewHedgingTransport is NewTransport with Hedging.Enabled and
-// PerHost.Enabled set: .NET's standard hedging handler.
-func NewHedgingTransport(base http.RoundTripper, opts Options) (*Transport, error) {
-	opts.Hedging.Enabled = true
-	opts.PerHost.Enabled = true
-	return NewTransport(base, opts)
-}
-
 // Handler returns the Handler whose state the Transport uses.
 func (t *Transport) Handler() *Handler {
 	t.init()

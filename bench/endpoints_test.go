@@ -133,10 +133,10 @@ func endpointScenarios(tb testing.TB, run endpointRun) []endpointResult {
 		target := a.URL + "/search"
 		switch name {
 		case "cross":
-			hg.Endpoints = []resilience.Endpoint{{URL: a.URL}, {URL: b.URL}}
+			opts.Endpoints = []resilience.Endpoint{{URL: a.URL}, {URL: b.URL}}
 			target = "http://search.invalid/search"
 		case "percentile":
-			hg.Endpoints = []resilience.Endpoint{{URL: a.URL}, {URL: b.URL}}
+			opts.Endpoints = []resilience.Endpoint{{URL: a.URL}, {URL: b.URL}}
 			hg.DelayPercentile, hg.MinDelay, hg.MaxDelay = 0.95, 5*time.Millisecond, run.delay
 			target = "http://search.invalid/search"
 		}
@@ -147,7 +147,8 @@ func endpointScenarios(tb testing.TB, run endpointRun) []endpointResult {
 			opts.Hedging = resilience.HedgingOptions{}
 			t, err = resilience.NewTransport(loopbackTransport(), opts)
 		} else {
-			t, err = resilience.NewHedgingTransport(loopbackTransport(), opts)
+			opts.Hedging.Enabled = true
+			t, err = resilience.NewTransport(loopbackTransport(), opts)
 		}
 		if err != nil {
 			tb.Fatal(err)
@@ -178,8 +179,8 @@ func uniformlySlow(tb testing.TB, run endpointRun, maxExtra float64) endpointRes
 	srv, hits := replicaServer(run.slow, func() bool { return true })
 	defer srv.Close()
 	var hedges, capped atomic.Int64
-	t, err := resilience.NewHedgingTransport(loopbackTransport(), resilience.Options{
-		Hedging: resilience.HedgingOptions{MaxHedges: 3, Delay: run.slow / 5, MaxExtraLoad: maxExtra},
+	t, err := resilience.NewTransport(loopbackTransport(), resilience.Options{
+		Hedging: resilience.HedgingOptions{Enabled: true, MaxHedges: 3, Delay: run.slow / 5, MaxExtraLoad: maxExtra},
 		OnEvent: func(e resilience.Event) {
 			switch e.Kind {
 			case resilience.EventHedge:

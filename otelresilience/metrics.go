@@ -75,7 +75,7 @@
 //     events the error is the reason the circuit is open, a description of
 //     the failures: error.type is "isolated" when Handler.IsolateCircuit
 //     holds it open, and absent otherwise.
-//   - resilience.endpoint: for an attempt routed by Hedging.Endpoints (on
+//   - resilience.endpoint: for an attempt routed by Options.Endpoints (on
 //     resilience.attempt.duration, and on attempt_timeout and
 //     circuit_rejected events), the base URL of the endpoint it went to,
 //     as configured: as many values as the handler has endpoints. Refused
@@ -122,7 +122,7 @@
 //     whose attempts count from 1 again), error.type, and the resilience
 //     attributes: resilience.handler, resilience.attempt,
 //     resilience.delay (the seconds waited before it), resilience.endpoint
-//     (for an attempt routed by Hedging.Endpoints) and resilience.outcome.
+//     (for an attempt routed by Options.Endpoints) and resilience.outcome.
 //   - error.type and the span's status, as the conventions say: for a
 //     response of status 400 and over, the status code ("503") and status
 //     Error; for an attempt that failed without a response, the error's

@@ -530,10 +530,10 @@ func TestEndpointsAndCappedHedges(t *testing.T) {
 	fast := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) { fmt.Fprint(w, "ok") }))
 	t.Cleanup(fast.Close)
 	_, c := r.newHandler(t, resilience.Options{
-		Name:    "orders",
-		PerHost: resilience.PerHostOptions{Enabled: true},
-		Hedging: resilience.HedgingOptions{Enabled: true, Delay: 5 * time.Millisecond,
-			Endpoints: []resilience.Endpoint{{URL: stuck.URL}, {URL: fast.URL}}},
+		Name:      "orders",
+		PerHost:   resilience.PerHostOptions{Enabled: true},
+		Hedging:   resilience.HedgingOptions{Enabled: true, Delay: 5 * time.Millisecond},
+		Endpoints: []resilience.Endpoint{{URL: stuck.URL}, {URL: fast.URL}},
 	})
 	status, err := get(t, c, "http://orders.invalid/")
 	require.NoError(t, err)

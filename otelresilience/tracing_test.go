@@ -428,10 +428,10 @@ func TestTracingAttemptSpanEndpoint(t *testing.T) {
 	r := newTracing(t)
 	primary, secondary := newTracedUpstream(t, r.tp, 503), newTracedUpstream(t, r.tp, 200)
 	h, err := resilience.NewHandler(r.m.Instrument(resilience.Options{
-		Name:    "ledger",
-		PerHost: resilience.PerHostOptions{Enabled: true},
-		Retry:   retryOptions,
-		Hedging: resilience.HedgingOptions{Endpoints: []resilience.Endpoint{{URL: primary.URL}, {URL: secondary.URL}}},
+		Name:      "ledger",
+		PerHost:   resilience.PerHostOptions{Enabled: true},
+		Retry:     retryOptions,
+		Endpoints: []resilience.Endpoint{{URL: primary.URL}, {URL: secondary.URL}},
 	}))
 	require.NoError(t, err)
 	tr := h.Transport(r.m.AttemptTransport(&http.Transport{}))
