@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"time"
@@ -77,4 +78,26 @@ func (b *linearBackOff) NextBackOff() time.Duration {
 		return d
 	}
 	return time.Duration(float64(d) * (1 - b.factor + 2*b.factor*rand.Float64()))
+}
+
+// BackoffType says how the delay between retries grows.
+type BackoffType int
+
+// Backoff types. The zero value is BackoffExponential.
+const (
+	BackoffExponential BackoffType = iota // Delay, 2*Delay, 4*Delay, ...
+	BackoffLinear                         // Delay, 2*Delay, 3*Delay, ...
+	BackoffConstant                       // Delay, Delay, Delay, ...
+)
+
+func (b BackoffType) String() string {
+	switch b {
+	case BackoffExponential:
+		return "exponential"
+	case BackoffLinear:
+		return "linear"
+	case BackoffConstant:
+		return "constant"
+	}
+	return fmt.Sprintf("BackoffType(%d)", int(b))
 }

@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -67,7 +68,7 @@ type router struct {
 
 // resolveEndpoints validates the endpoints of o and returns their router,
 // or nil when there are none.
-func resolveEndpoints(o *Options, bad func(string, any, string) error) (*router, error) {
+func resolveEndpoints(o *Options, bad badOption) (*router, error) {
 	switch {
 	case o.Routing < RouteOrdered || o.Routing > RouteWeighted:
 		return nil, bad("Routing", o.Routing, "must be RouteOrdered or RouteWeighted")
@@ -324,4 +325,47 @@ func withSlash(p string) string {
 		return p
 	}
 	return "/" + p
+}
+
+func routingField(o *fileOptions, raw json.RawMessage, path string) error {
+	var s string
+	_ = json.Unmarshal(raw, &s)
+	for _, r := range []Routing{RouteOrdered, RouteWeighted} {
+		if s == r.String() {
+			o.Routing = r
+			return nil
+		}
+	}
+	return configErr(path, "want \"ordered\" or \"weighted\", got %s", brief(raw))
+}
+
+var endpointFields = fieldSet[Endpoint]{
+	"url": func(e *Endpoint, raw json.RawMessage, path string) error {
+		if err := json.Unmarshal(raw, &e.URL); err != nil {
+			return configErr(path, "want a base URL such as \"https://eu.orders.internal/api\", got %s", brief(raw))
+		}
+		return nil
+	},
+	"weight": intField(func(e *Endpoint) *int { return &e.Weight }, keepZero),
+}
+
+// endpointsField reads endpoints, a list of {"url": ..., "weight": ...}.
+// An upstream's list replaces the defaults'.
+func endpointsField(o *fileOptions, raw json.RawMessage, path string) error {
+	var list []json.RawMessage
+	if err := strictUnmarshal(raw, &list); err != nil || list == nil {
+		return configErr(path, "want a list of endpoints such as [{\"url\": \"https://a.internal\"}], got %s", brief(raw))
+	}
+	eps := make([]Endpoint, len(list))
+	for i, item := range list {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if err := endpointFields.decode(&eps[i], item, p); err != nil {
+			return err
+		}
+		if eps[i].URL == "" {
+			return configErr(p+".url", "is missing: every endpoint needs its base URL")
+		}
+	}
+	o.Endpoints = eps
+	return nil
 }

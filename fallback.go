@@ -102,7 +102,7 @@ func (e *fallbackRefusal) Timeout() bool {
 func (e *fallbackRefusal) Temporary() bool { return e.Timeout() }
 
 // resolveFallback fills in the fallback layer's defaults and validates it.
-func resolveFallback(f *FallbackOptions, bad func(string, any, string) error) error {
+func resolveFallback(f *FallbackOptions, bad badOption) error {
 	switch {
 	case f.MaxStale < 0:
 		return bad("Fallback.MaxStale", f.MaxStale, "must not be negative")

@@ -55,12 +55,6 @@ func newHostState(h *Handler, host string) *hostState {
 	return s
 }
 
-func breakerOptionsOf(cfg *config) breaker.Options {
-	cb := cfg.CircuitBreaker
-	return breaker.Options{Disabled: cb.Disabled, FailureRatio: cb.FailureRatio, MinimumThroughput: cb.MinimumThroughput,
-		SamplingDuration: cb.SamplingDuration, BreakDuration: cb.BreakDuration}
-}
-
 func newLimiter(rl RateLimitOptions) ratelimiter.RateLimiter[any] {
 	if rl.RequestsPerSecond <= 0 {
 		return nil

@@ -33,7 +33,7 @@ type IdempotencyOptions struct {
 }
 
 // resolveIdempotency fills in the protocol's defaults and validates them.
-func resolveIdempotency(o *IdempotencyOptions, bad func(string, any, string) error) error {
+func resolveIdempotency(o *IdempotencyOptions, bad badOption) error {
 	if o.Header != "" && !headers.ValidName(o.Header) {
 		return bad("Idempotency.Header", o.Header, "must be a valid header field name")
 	}

@@ -1,387 +1,9 @@
 package resilience
 
 import (
-	"context"
 	"fmt"
-	"math"
-	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
 )
-
-// The overload limiter (issue 19) bounds the attempts in flight to one
-// upstream (per host with PerHost). An attempt holds a slot from the moment
-// it is sent until its response headers arrive or it fails; reading the
-// body holds none. Two limits apply, and an attempt needs room under both:
-//
-//   - the latency limit, failsafe-go's adaptivelimiter: the p90 of recent
-//     times to headers against a baseline, with the correlation of
-//     throughput and latency with concurrency deciding whether a slower
-//     upstream is a fuller one. Measured alone in the overload experiment
-//     (bench/results/overload-3seeds.md) it served 99% of the physical limit
-//     when the service slowed 2.5x and 97% when capacity halved, with no
-//     time wasted on callers gone; but with its defaults (initial limit 20,
-//     no queue) it lost 480 of a healthy burst of 500 calls. Here it starts
-//     at Options.Overload.InitialLimit, never falls under MinLimit, and
-//     calls over the limit wait in this file's FIFO queue rather than fail:
-//     the burst drains through the queue.
-//   - the loss cap, this file's AIMD: a fast 503 or 429 looks healthy to a
-//     latency limit, yet an upstream whose shedding costs it work needs
-//     fewer attempts, not more. While losses are congestion (below), an
-//     attempt timeout, a 503, a 429 or a refused connection cuts the cap
-//     to lossFactor of the attempts in flight (at most once per
-//     lossWindow, never under MinLimit); each success
-//     adds 1/cap, as TCP's congestion window grows by one per round trip
-//     (a quarter of that while losses are congestion: congestedGrowth);
-//     once the cap is back over MaxLimit it is lifted. failsafe-go's
-//     limiter has no hook for loss, hence this one beside it.
-//
-// First attempts of new calls wait for a slot in the queue, bounded by
-// MaxQueue, MaxQueueWait and the call's deadline. Retries wait in the same
-// queue while the limiter is not shedding; while it is (it refused a first
-// attempt within the last second, or the loss cap is cutting) they only
-// try, so that they are shed first. Hedges only ever try: a hedge not sent
-// costs its call nothing. A retry that never waits would be shed whenever
-// more callers are at work than the limit, healthy upstream or not: 32
-// callers against a limit of 20 lost a quarter of the calls that needed a
-// retry (TestOverloadLeavesRandomFailuresToRetries).
-type overloadLimiter struct {
-	latency adaptivelimiter.AdaptiveLimiter[any]
-	opts    OverloadOptions
-	now     func() time.Time // time.Now; a test's clock
-
-	mu        sync.Mutex
-	inflight  int
-	peak      int     // most attempts in flight since the last cut
-	lossCap   float64 // +Inf while no loss holds it
-	lossRate  float64 // moving share of attempts lost: 503, 429, refused, timed out
-	lossBase  float64 // the same share, averaged over far more attempts
-	low, high lossBin // the same share of attempts sent with at most MinLimit in flight, and with more
-	lastCut   time.Time
-	srtt      time.Duration // smoothed time to headers of successful attempts
-	waiters   []*overloadWaiter
-	refusedAt time.Time   // the last refusal
-	firstAt   time.Time   // the last refusal of a first attempt
-	state     bool        // overloaded, as last reported
-	reported  atomic.Bool // state, read without mu: while it is false only a refusal can change it
-	refused   uint64      // refusals so far
-}
-
-// The loss cap's constants. lossWindow is the least time between two cuts
-// (the cap cuts once per round trip of its own, as TCP does, and not more
-// often than this); quiet is how long without a refusal ends the overloaded
-// state.
-//
-// A loss cuts the cap only while losses are congestion. An upstream that
-// fails a share of its requests at random is not made healthier by fewer
-// of them in flight: TCP's AIMD under random loss p settles near
-// 1.2/sqrt(p) in flight (Mathis et al., 1997), 5 for 5% of 503s, under any
-// MinLimit, and every retry over it was shed. So it went before this test:
-// 16 callers against an upstream failing one request in 20 lost 32 of 800
-// calls that their retries would have served
-// (TestRetryBudgetAllowsOccasionalRetries).
-//
-// The test is concurrency: a full upstream loses the attempts sent over
-// what it holds, one failing at random loses as many at any level. Losses
-// are congestion when attempts sent with more than MinLimit in flight are
-// lost more often than those sent with fewer: over lossCrowd, and by more
-// than binZ standard errors of the difference (a two-proportion z-test)
-// and binMargin, once each level has binSamples. Until then, losses are congestion when lossRate, a moving average over the
-// last hundred or so attempts (weight lossWeight each), is over lossFloor
-// and over lossBase, the same average over several hundred (baseWeight),
-// by lossMargin: the floor leaves alone the partial failures retries are
-// for (the do-no-harm experiment's mix20 fails 20% of attempts), and the
-// base rises to losses that stay whatever the cap does. failsafe-go's
-// adaptivethrottler and the SRE throttle tolerate losses too, up to 1-1/K
-// (50% at K=2), whatever their cause. Measured (bench/results/donoharm.md,
-// overload-noharm.md): 32 callers at 50% random loss are served 93.9%
-// (93.5 with the limiter off; 89.9 with the rate test alone, an earlier
-// run), an upstream whose 503s cost it work at 1.25x 76.5% of 2,000 calls
-// (bare 73.2), its goodput 98.2% of its measured limit. A cap cut by every
-// loss lost 4% of calls at 5% random loss.
-const (
-	lossFactor = 0.9
-	lossWindow = 20 * time.Millisecond
-	lossWeight = 1.0 / 64
-	baseWeight = 1.0 / 512
-	lossFloor  = 0.3
-	lossMargin = 0.15
-	lossCrowd  = 0.1
-	binSamples = 16
-	binWeighs  = 127
-	binZ       = 3
-	binMargin  = 0.05
-	quietAfter = time.Second
-
-	// congestedGrowth slows the cap's growth while losses are congestion:
-	// each step over what the upstream holds costs it a rejected attempt,
-	// and probing a quarter as often raised the goodput of the do-no-harm
-	// experiment's rejection-cost upstream from 96.3% to 97.9% of its
-	// physical limit at 1.25x, and from 96.3% to 97.9% at 2x
-	// (bench/results/donoharm.md).
-	congestedGrowth = 0.25
-)
-
-type overloadWaiter struct {
-	ready   chan struct{}
-	granted bool // under mu
-	k       int  // attempts in flight once granted, its own included
-}
-
-// A lossBin is the share of attempts lost among those sent at some level
-// of concurrency: their mean while there are few, then a moving average.
-type lossBin struct {
-	rate float64
-	n    int
-}
-
-func (b *lossBin) add(lost float64) {
-	b.n++
-	b.rate += (lost - b.rate) * max(1/float64(b.n), lossWeight)
-}
-
-func newOverloadLimiter(o OverloadOptions, now func() time.Time) *overloadLimiter {
-	lat := adaptivelimiter.NewBuilder[any]().
-		WithLimits(uint(o.MinLimit), uint(o.MaxLimit), uint(o.InitialLimit)).
-		Build()
-	return &overloadLimiter{latency: lat, opts: o, now: now, lossCap: math.Inf(1)}
-}
-
-// limitLocked is the number of attempts allowed in flight now.
-func (l *overloadLimiter) limitLocked() int {
-	lim := l.latency.Limit()
-	if l.lossCap < float64(lim) {
-		lim = int(l.lossCap)
-	}
-	return max(lim, l.opts.MinLimit)
-}
-
-// An overloadSlot is an attempt's hold on the limiter; the zero value holds
-// nothing.
-type overloadSlot struct {
-	l      *overloadLimiter
-	permit adaptivelimiter.Permit // nil when the latency limiter was full (a race with its own limit)
-	at     time.Time
-	k      int // attempts in flight when it was sent, its own included
-}
-
-// overloadOutcome is what an attempt's end tells the limiter.
-type overloadOutcome int
-
-const (
-	overloadAnswered overloadOutcome = iota // response headers: a latency sample
-	overloadLoss                            // 503, 429, refused connection: the cap shrinks; no latency sample
-	overloadTimeout                         // the attempt timed out: the cap shrinks, and its duration is the sample
-	overloadDropped                         // the caller or the call gave up, or the request failed: says nothing
-)
-
-// acquire takes a slot for attempt n of its call. An attempt given a wait
-// > 0 waits in the queue up to wait (and, when until is not zero, until
-// then), or until ctx ends; a retry (n > 1) waits only while the limiter is
-// not shedding. Otherwise, or with the queue full, it is refused at once. A
-// refusal returns a non-nil error: ctx's, or an *OverloadError without its
-// handler's name. until is read only when the attempt must wait, so that
-// a free slot costs no clock read for it.
-func (l *overloadLimiter) acquire(ctx context.Context, wait time.Duration, until time.Time, n int) (overloadSlot, error) {
-	l.mu.Lock()
-	if len(l.waiters) == 0 && l.inflight < l.limitLocked() {
-		k := l.takeLocked()
-		l.mu.Unlock()
-		return l.slot(k), nil
-	}
-	if wait > 0 && !until.IsZero() {
-		wait = min(wait, time.Until(until))
-	}
-	if wait <= 0 || len(l.waiters) >= l.opts.MaxQueue || (n > 1 && l.sheddingLocked()) {
-		err := l.refuseLocked(0, n)
-		l.mu.Unlock()
-		return overloadSlot{}, err
-	}
-	w := &overloadWaiter{ready: make(chan struct{})}
-	l.waiters = append(l.waiters, w)
-	l.mu.Unlock()
-
-	start := time.Now()
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	var cause error
-	select {
-	case <-w.ready:
-		return l.slot(w.k), nil // k was written before ready was closed
-	case <-timer.C:
-	case <-ctx.Done():
-		cause = ctx.Err()
-	}
-	l.mu.Lock()
-	if w.granted { // granted as the wait ended: give the slot back if the caller left
-		l.mu.Unlock()
-		s := l.slot(w.k)
-		if cause == nil {
-			return s, nil
-		}
-		s.release(overloadDropped, 0)
-		return overloadSlot{}, cause
-	}
-	for i, x := range l.waiters {
-		if x == w {
-			l.waiters = append(l.waiters[:i], l.waiters[i+1:]...)
-			break
-		}
-	}
-	if cause != nil {
-		l.mu.Unlock()
-		return overloadSlot{}, cause
-	}
-	err := l.refuseLocked(time.Since(start), n)
-	l.mu.Unlock()
-	return overloadSlot{}, err
-}
-
-// takeLocked counts an attempt in flight and returns how many are, its own
-// included.
-func (l *overloadLimiter) takeLocked() int {
-	l.inflight++
-	l.peak = max(l.peak, l.inflight)
-	return l.inflight
-}
-
-func (l *overloadLimiter) slot(k int) overloadSlot {
-	p, _ := l.latency.TryAcquirePermit()
-	return overloadSlot{l: l, permit: p, at: time.Now(), k: k}
-}
-
-func (l *overloadLimiter) refuseLocked(waited time.Duration, n int) *OverloadError {
-	l.refused++
-	l.refusedAt = l.now()
-	if n == 1 {
-		l.firstAt = l.refusedAt
-	}
-	return &OverloadError{Limit: l.limitLocked(), InFlight: l.inflight, Latency: l.srtt, Waited: waited}
-}
-
-// release ends s's hold with the attempt's outcome; rtt is its time to
-// headers (or to its timeout).
-func (s overloadSlot) release(o overloadOutcome, rtt time.Duration) {
-	l := s.l
-	if l == nil {
-		return
-	}
-	l.mu.Lock()
-	l.signalLocked(o, rtt, s.k)
-	l.inflight--
-	l.grantLocked()
-	l.mu.Unlock()
-	if p := s.permit; p != nil {
-		if o == overloadAnswered || o == overloadTimeout {
-			p.Record()
-		} else {
-			p.Drop()
-		}
-	}
-}
-
-// signalLocked applies the outcome of an attempt sent with k in flight to
-// the loss cap and the smoothed latency.
-func (l *overloadLimiter) signalLocked(o overloadOutcome, rtt time.Duration, k int) {
-	if o != overloadDropped {
-		bin := &l.high
-		if k <= l.opts.MinLimit {
-			bin = &l.low
-		}
-		lost := 0.0
-		if o != overloadAnswered {
-			lost = 1
-		}
-		bin.add(lost)
-	}
-	switch o {
-	case overloadAnswered:
-		l.lossRate -= l.lossRate * lossWeight
-		l.lossBase -= l.lossBase * baseWeight
-		if l.srtt == 0 {
-			l.srtt = rtt
-		} else {
-			l.srtt += (rtt - l.srtt) / 8
-		}
-		if !math.IsInf(l.lossCap, 1) {
-			inc := 1 / l.lossCap
-			if l.congestedLocked() {
-				inc *= congestedGrowth
-			}
-			l.lossCap += inc
-			if l.lossCap > float64(l.opts.MaxLimit) {
-				l.lossCap = math.Inf(1)
-			}
-		}
-	case overloadLoss, overloadTimeout:
-		l.lossRate += (1 - l.lossRate) * lossWeight
-		l.lossBase += (1 - l.lossBase) * baseWeight
-		if !l.congestedLocked() {
-			return // the upstream fails some requests; that is not a full one
-		}
-		// The slot this attempt frees is not handed on: a fast 503 would
-		// otherwise free it for the next attempt into the same full upstream.
-		l.lossCap = max(min(l.lossCap, float64(l.inflight-1)), float64(l.opts.MinLimit))
-		now := l.now()
-		if now.Sub(l.lastCut) < max(lossWindow, l.srtt) {
-			return
-		}
-		l.lastCut = now
-		c := min(l.lossCap, float64(l.peak)) * lossFactor
-		l.lossCap = max(c, float64(l.opts.MinLimit))
-		l.peak = l.inflight - 1 // those that stay in flight
-	}
-}
-
-// congestedLocked reports whether recent losses say the upstream is full:
-// attempts sent with more than MinLimit in flight are lost more often than
-// those sent with fewer; or, where too few were sent at either level to
-// tell, losses are high and risen over their base.
-func (l *overloadLimiter) congestedLocked() bool {
-	if lo, hi := l.low, l.high; lo.n >= binSamples && hi.n >= binSamples {
-		// a two-proportion z-test, each moving average counting as the
-		// samples it weighs (at most (2-w)/w, 127)
-		nl, nh := float64(min(lo.n, binWeighs)), float64(min(hi.n, binWeighs))
-		p := (lo.rate*nl + hi.rate*nh) / (nl + nh)
-		se := math.Sqrt(p * (1 - p) * (1/nl + 1/nh))
-		return hi.rate > lossCrowd && hi.rate-lo.rate > max(binZ*se, binMargin)
-	}
-	return l.lossRate > lossFloor && l.lossRate > l.lossBase+lossMargin
-}
-
-// sheddingLocked reports whether retries only try for a slot: the limiter
-// refused a first attempt within quietAfter, or losses say the upstream is
-// full.
-func (l *overloadLimiter) sheddingLocked() bool {
-	return (!l.firstAt.IsZero() && l.now().Sub(l.firstAt) < quietAfter) || l.congestedLocked()
-}
-
-// grantLocked hands free slots to the waiters, first come first served.
-func (l *overloadLimiter) grantLocked() {
-	for len(l.waiters) > 0 && l.inflight < l.limitLocked() {
-		w := l.waiters[0]
-		l.waiters[0] = nil
-		l.waiters = l.waiters[1:]
-		w.granted = true
-		w.k = l.takeLocked()
-		close(w.ready)
-	}
-}
-
-// overloaded reports whether the limiter is refusing calls now: it refused
-// one within the last second, and reports whether that is a change from
-// what it reported last.
-func (l *overloadLimiter) overloaded() (now, changed bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now = !l.refusedAt.IsZero() && l.now().Sub(l.refusedAt) < quietAfter
-	changed = now != l.state
-	l.state = now
-	l.reported.Store(now)
-	return now, changed
-}
 
 // OverloadStats is a snapshot of one upstream's overload limiter. Latency
 // is the smoothed time to headers of successful attempts.
@@ -392,13 +14,6 @@ type OverloadStats struct {
 	Latency    time.Duration `json:"latency"`    // smoothed time to headers
 	Refused    uint64        `json:"refused"`    // refusals and sheds so far
 	Overloaded bool          `json:"overloaded"` // it refused one within 1s
-}
-
-func (l *overloadLimiter) stats() OverloadStats {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return OverloadStats{Limit: l.limitLocked(), InFlight: l.inflight, Queued: len(l.waiters), Latency: l.srtt, Refused: l.refused,
-		Overloaded: !l.refusedAt.IsZero() && l.now().Sub(l.refusedAt) < quietAfter}
 }
 
 // OverloadStats returns a snapshot of the overload limiter, by host with
@@ -433,3 +48,81 @@ func (e *OverloadError) Error() string {
 
 // Is reports whether target is ErrOverloaded.
 func (e *OverloadError) Is(target error) bool { return target == ErrOverloaded }
+
+// Defaults of OverloadOptions: what a zero field means.
+const (
+	defaultOverloadMinLimit     = 8
+	defaultOverloadMaxLimit     = 1000
+	defaultOverloadInitialLimit = 20
+	defaultOverloadMaxQueue     = 1000
+	defaultOverloadMaxQueueWait = time.Second
+)
+
+// OverloadOptions configures the overload limiter: an adaptive limit on the
+// attempts awaiting headers from the upstream, by their latency and losses.
+// A call whose first attempt gets no slot in time fails with
+// [ErrOverloaded]; a retry or hedge may be shed. See docs/overload.md.
+type OverloadOptions struct {
+	Disabled     bool          // turns the limiter off; default false
+	MinLimit     int           // fewest attempts in flight allowed; default 8
+	MaxLimit     int           // most allowed, at most 1000000; default 1000
+	InitialLimit int           // where the limit starts; default 20
+	MaxQueue     int           // how many attempts may wait; default 1000
+	MaxQueueWait time.Duration // longest wait for a slot; default 1s
+}
+
+var overloadFields = fieldSet[OverloadOptions]{
+	"disabled": boolField(func(o *OverloadOptions) *bool { return &o.Disabled }),
+	"minLimit": intField(func(o *OverloadOptions) *int { return &o.MinLimit },
+		keepZero),
+	"maxLimit": intField(func(o *OverloadOptions) *int { return &o.MaxLimit },
+		keepZero),
+	"initialLimit": intField(func(o *OverloadOptions) *int { return &o.InitialLimit },
+		keepZero),
+	"maxQueue": intField(func(o *OverloadOptions) *int { return &o.MaxQueue },
+		keepZero),
+	"maxQueueWait": durationField(func(o *OverloadOptions) *time.Duration { return &o.MaxQueueWait },
+		keepZero),
+}
+
+// resolveOverload fills in the overload limiter's defaults and validates
+// it, even when it is disabled, since a live Update may switch it on.
+func resolveOverload(ov *OverloadOptions, bad badOption) error {
+	// Update may switch it on.
+	switch {
+	case ov.MinLimit < 0:
+		return bad("Overload.MinLimit", ov.MinLimit, "must not be negative")
+	case ov.MaxLimit < 0:
+		return bad("Overload.MaxLimit", ov.MaxLimit, "must not be negative")
+	case ov.InitialLimit < 0:
+		return bad("Overload.InitialLimit", ov.InitialLimit, "must not be negative")
+	case ov.MaxQueue < 0:
+		return bad("Overload.MaxQueue", ov.MaxQueue, "must not be negative")
+	case ov.MaxQueueWait < 0:
+		return bad("Overload.MaxQueueWait", ov.MaxQueueWait, "must not be negative")
+	}
+	if ov.MinLimit == 0 {
+		ov.MinLimit = defaultOverloadMinLimit
+	}
+	if ov.MaxLimit == 0 {
+		ov.MaxLimit = max(defaultOverloadMaxLimit, ov.MinLimit)
+	}
+	if ov.InitialLimit == 0 {
+		ov.InitialLimit = min(max(defaultOverloadInitialLimit, ov.MinLimit), ov.MaxLimit)
+	}
+	if ov.MaxQueue == 0 {
+		ov.MaxQueue = defaultOverloadMaxQueue
+	}
+	if ov.MaxQueueWait == 0 {
+		ov.MaxQueueWait = defaultOverloadMaxQueueWait
+	}
+	switch {
+	case ov.MinLimit > ov.MaxLimit:
+		return bad("Overload.MinLimit", ov.MinLimit, fmt.Sprintf("must not exceed MaxLimit (%d)", ov.MaxLimit))
+	case ov.InitialLimit < ov.MinLimit || ov.InitialLimit > ov.MaxLimit:
+		return bad("Overload.InitialLimit", ov.InitialLimit, fmt.Sprintf("must be between MinLimit (%d) and MaxLimit (%d)", ov.MinLimit, ov.MaxLimit))
+	case ov.MaxLimit > 1_000_000:
+		return bad("Overload.MaxLimit", ov.MaxLimit, "must be at most 1000000")
+	}
+	return nil
+}
