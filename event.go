@@ -13,29 +13,30 @@ import (
 // EventKind says what happened.
 type EventKind int
 
-// Event kinds.
+// Event kinds. A change of state is reported once per change; the other
+// kinds, once per call or attempt they concern. See docs/observability.md.
 const (
-	EventRetry               EventKind = iota + 1 // an attempt failed and another follows after Delay
-	EventAttemptTimeout                           // an attempt got no headers within AttemptTimeout
+	EventRetry               EventKind = iota + 1 // another attempt after Delay
+	EventAttemptTimeout                           // no headers within AttemptTimeout
 	EventTotalTimeout                             // the call ran out of TotalTimeout
-	EventCircuitOpened                            // the circuit opened (Err says why) or was isolated
-	EventCircuitHalfOpened                        // the circuit lets a probe through
-	EventCircuitClosed                            // the circuit closed
-	EventCircuitRejected                          // a call was rejected by the open circuit
-	EventRateLimited                              // a call was rejected by admission control
-	EventAttempt                                  // an attempt ended: headers, or an error, after Duration
-	EventCall                                     // a call returned to its caller after Duration and Attempt attempts
-	EventBudgetExceeded                           // a retry or hedge was refused by the retry budget; the caller gets the last outcome
-	EventHedge                                    // another attempt was sent alongside those running, after Delay (0: on a failure)
-	EventFallback                                 // a failed call was answered with a kept response (StatusCode); Err is the call's error
-	EventHedgeCapped                              // a hedge was not sent: the hedges of the window reached Hedging.MaxExtraLoad (once per call)
-	EventSharedRateFallback                       // the shared rate's store answers from its local share of the rate (Err says why)
-	EventSharedRateRecovered                      // the shared rate's store answers from the shared rate again
-	EventOverloadShed                             // the overload limiter refused a call, or shed a retry or hedge (Err is its *OverloadError)
-	EventOverloaded                               // the overload limiter began refusing calls to Host (once per change)
-	EventOverloadEnded                            // the overload limiter has refused nothing for a second
-	EventBudgetExhausted                          // the retry budget began refusing retries (once per change; Err says why)
-	EventBudgetRecovered                          // the retry budget has half its tokens unclaimed again
+	EventCircuitOpened                            // opened (Err says why) or isolated
+	EventCircuitHalfOpened                        // lets a probe through
+	EventCircuitClosed                            // closed
+	EventCircuitRejected                          // a call refused by the circuit
+	EventRateLimited                              // a call refused by admission control
+	EventAttempt                                  // an attempt ended, after Duration
+	EventCall                                     // a call returned, after Attempt attempts
+	EventBudgetExceeded                           // a retry or hedge the budget refused
+	EventHedge                                    // a hedge sent, after Delay (0: on a failure)
+	EventFallback                                 // a kept response (StatusCode) answered Err
+	EventHedgeCapped                              // a hedge not sent: MaxExtraLoad (once a call)
+	EventSharedRateFallback                       // the shared rate answers locally (Err: why)
+	EventSharedRateRecovered                      // the shared rate answers again
+	EventOverloadShed                             // refused or shed (Err: *OverloadError)
+	EventOverloaded                               // the overload limiter began refusing
+	EventOverloadEnded                            // it has refused nothing for a second
+	EventBudgetExhausted                          // the retry budget began refusing (Err: why)
+	EventBudgetRecovered                          // half its tokens are unclaimed again
 )
 
 var eventKindNames = [...]string{
@@ -91,21 +92,17 @@ func (k *EventKind) UnmarshalText(b []byte) error {
 // An Event is something the handler did or saw.
 type Event struct {
 	Handler    string        // the handler's name
-	Host       string        // with PerHost, the authority (scheme://host:port) it concerns
+	Host       string        // the authority it concerns, with PerHost or Endpoints
 	Kind       EventKind     // what happened
 	Method     string        // the request's method, for events about a call
-	Attempt    int           // the attempt it concerns, counting from 1; for EventCall, how many were made
-	Delay      time.Duration // for EventRetry, the wait before the next attempt; for EventAttempt, the wait before this one (for a hedge, how long after the previous attempt it went)
-	Duration   time.Duration // for EventAttempt and EventCall, how long it took
+	Attempt    int           // the attempt, from 1; EventCall: how many
+	Delay      time.Duration // EventRetry: the wait ahead; EventAttempt: before it
+	Duration   time.Duration // EventAttempt and EventCall: how long it took
 	StatusCode int           // the response status it concerns, if any
-	Err        error         // the error it concerns, if any; for EventCircuitOpened, why
+	Err        error         // the error it concerns; EventCircuitOpened: why
 
-	// Endpoint is, for an attempt routed by Endpoints, the base URL
-	// of the endpoint it went to, as configured (never the request's URL,
-	// so that it has as few values as there are endpoints): on
-	// EventAttempt, EventAttemptTimeout, and EventCircuitRejected
-	// when an endpoint was passed over. Host is then the endpoint's
-	// authority.
+	// Endpoint is the base URL, as configured, of the endpoint an attempt
+	// went to, or that was passed over, with Endpoints.
 	Endpoint string
 
 	// Context is the context of the request the event is about, so that
