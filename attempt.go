@@ -321,3 +321,24 @@ func (c sending) attemptAnswered(sentAt time.Time, resp *http.Response) {
 	}
 	q.sending.Add(-1)
 }
+
+// An attemptContext is the context of an attempt's request: the attempt's
+// own context, which it forwards everything to, and what AttemptFromContext
+// says of the attempt. One allocation per attempt carries both, where
+// context.WithValue would take two.
+type attemptContext struct {
+	context.Context
+	c     *call
+	n     int
+	delay time.Duration
+	ep    *endpoint // nil unless routed by Endpoints
+}
+
+type attemptKey struct{}
+
+func (a *attemptContext) Value(key any) any {
+	if key == (attemptKey{}) {
+		return a
+	}
+	return a.Context.Value(key)
+}

@@ -2,7 +2,6 @@ package resilience
 
 import (
 	"context"
-	"time"
 )
 
 // AttemptFromContext reports which attempt of a call ctx belongs to: for
@@ -32,25 +31,4 @@ func AttemptFromContext(ctx context.Context) (e Event, ok bool) {
 		e.Endpoint, e.Host = a.ep.base, a.ep.url.String() // as EventAttempt says them
 	}
 	return e, true
-}
-
-// An attemptContext is the context of an attempt's request: the attempt's
-// own context, which it forwards everything to, and what AttemptFromContext
-// says of the attempt. One allocation per attempt carries both, where
-// context.WithValue would take two.
-type attemptContext struct {
-	context.Context
-	c     *call
-	n     int
-	delay time.Duration
-	ep    *endpoint // nil unless routed by Endpoints
-}
-
-type attemptKey struct{}
-
-func (a *attemptContext) Value(key any) any {
-	if key == (attemptKey{}) {
-		return a
-	}
-	return a.Context.Value(key)
 }

@@ -1,9 +1,7 @@
 package resilience
 
 import (
-	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -12,16 +10,6 @@ import (
 // jitterFactor is the spread of a jittered delay: a base delay d becomes a
 // uniformly random value in [d*(1-f), d*(1+f)].
 const jitterFactor = 0.5
-
-// DelayInfo is what RetryOptions.DelayFunc is told of the next retry; it
-// must not modify or keep Request, nor read or close Response's body.
-type DelayInfo struct {
-	Retry    int            // the retry's number, from 1
-	Delay    time.Duration  // the computed delay; 0 if RetryOptions.Delay < 0
-	Response *http.Response // the failed attempt's response, or nil
-	Err      error          // the failed attempt's error, or nil
-	Request  *http.Request  // the caller's request
-}
 
 // newBackOff returns the delay sequence of one call's retries: all zero
 // when Delay is negative, the retries then going at once.
@@ -78,26 +66,4 @@ func (b *linearBackOff) NextBackOff() time.Duration {
 		return d
 	}
 	return time.Duration(float64(d) * (1 - b.factor + 2*b.factor*rand.Float64()))
-}
-
-// BackoffType says how the delay between retries grows.
-type BackoffType int
-
-// Backoff types. The zero value is BackoffExponential.
-const (
-	BackoffExponential BackoffType = iota // Delay, 2*Delay, 4*Delay, ...
-	BackoffLinear                         // Delay, 2*Delay, 3*Delay, ...
-	BackoffConstant                       // Delay, Delay, Delay, ...
-)
-
-func (b BackoffType) String() string {
-	switch b {
-	case BackoffExponential:
-		return "exponential"
-	case BackoffLinear:
-		return "linear"
-	case BackoffConstant:
-		return "constant"
-	}
-	return fmt.Sprintf("BackoffType(%d)", int(b))
 }

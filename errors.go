@@ -182,3 +182,19 @@ func typeName(err error) string {
 	}
 	return t.PkgPath() + "." + t.Name()
 }
+
+// optionError names the field a user got wrong.
+type optionError struct {
+	handler string
+	field   string
+	value   any
+	reason  string
+}
+
+func (e *optionError) Error() string {
+	return fmt.Sprintf("resilience: handler %q: invalid option %s (%v): %s", e.handler, e.field, e.value, e.reason)
+}
+
+// A badOption returns the error of an invalid option: its field, the value
+// given and why it is wrong.
+type badOption func(field string, value any, reason string) error

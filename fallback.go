@@ -4,7 +4,6 @@ package resilience
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -27,41 +26,6 @@ type fallingBack struct{ *call }
 // with the last good response kept for the same request, labelled and with
 // its Age. Responses are kept as the caller reads them (keeping, below);
 // the store is fallbackstore.go's.
-
-// Defaults of the fallback layer.
-const (
-	defaultFallbackMaxStale      = 10 * time.Minute
-	defaultFallbackMaxEntryBytes = 1 << 20
-	defaultFallbackMaxBytes      = 64 << 20
-	defaultFallbackHeader        = "X-Resilience-Fallback"
-)
-
-// FallbackOptions configures the fallback layer: a GET or HEAD that fails
-// on an open circuit (or, with OnTransient, a transient failure) gets the
-// last good response kept for it, labelled, or an error that wraps
-// [ErrFallbackRefused]. A response's stale-if-error=N replaces MaxStale.
-// See docs/fallback.md.
-type FallbackOptions struct {
-	Enabled  bool          // turns the fallback layer on; default false
-	MaxStale time.Duration // oldest served, its Age included; default 10m
-
-	MaxEntryBytes int64 // largest body kept, at most MaxBytes; default 1 MiB
-	MaxBytes      int64 // the built-in store's bound; default 64 MiB
-
-	// Header labels a served fallback "stale". Default "X-Resilience-Fallback";
-	// a field the label would overwrite, such as Age or Vary, is an error.
-	Header string
-
-	// OnTransient also serves a fallback when retries ran out on a transient
-	// error or a 500, 502, 503 or 504, or on the total timeout. Default false.
-	OnTransient bool
-
-	// ShareCredentialed keeps responses to requests with credentials, for
-	// the same credentials only. Default false: they are never kept.
-	ShareCredentialed bool
-
-	Store FallbackStore // default nil: the built-in store; not in files
-}
 
 // ErrFallbackRefused reports that no kept response could answer a failed
 // call; it wraps the call's error and the reason, such as ErrFallbackNone.
@@ -100,40 +64,6 @@ func (e *fallbackRefusal) Timeout() bool {
 	return errors.As(e.err, &t) && t.Timeout()
 }
 func (e *fallbackRefusal) Temporary() bool { return e.Timeout() }
-
-// resolveFallback fills in the fallback layer's defaults and validates it.
-func resolveFallback(f *FallbackOptions, bad badOption) error {
-	switch {
-	case f.MaxStale < 0:
-		return bad("Fallback.MaxStale", f.MaxStale, "must not be negative")
-	case f.MaxEntryBytes < 0:
-		return bad("Fallback.MaxEntryBytes", f.MaxEntryBytes, "must not be negative")
-	case f.MaxBytes < 0:
-		return bad("Fallback.MaxBytes", f.MaxBytes, "must not be negative")
-	case f.Header != "" && !headers.ValidName(f.Header):
-		return bad("Fallback.Header", f.Header, "must be a valid header field name")
-	case f.Header != "" && httpcache.ReservedLabel(f.Header):
-		return bad("Fallback.Header", f.Header,
-			"must not name a hop-by-hop, framing or caching header field, which the label would overwrite")
-	}
-	if f.MaxStale == 0 {
-		f.MaxStale = defaultFallbackMaxStale
-	}
-	if f.MaxEntryBytes == 0 {
-		f.MaxEntryBytes = defaultFallbackMaxEntryBytes
-	}
-	if f.MaxBytes == 0 {
-		f.MaxBytes = defaultFallbackMaxBytes
-	}
-	if f.MaxEntryBytes > f.MaxBytes {
-		return bad("Fallback.MaxEntryBytes", f.MaxEntryBytes, "must not exceed Fallback.MaxBytes ("+strconv.FormatInt(f.MaxBytes, 10)+")")
-	}
-	if f.Header == "" {
-		f.Header = defaultFallbackHeader
-	}
-	f.Header = http.CanonicalHeaderKey(f.Header)
-	return nil
-}
 
 // fallbackStore returns the store cfg's calls keep responses in.
 func (h *Handler) fallbackStore(cfg *config) FallbackStore {
@@ -430,29 +360,4 @@ func (c fallingBack) storeGet(store FallbackStore, key string) (e *FallbackEntry
 		c.h.fbLate.Add(-1) // it returned meanwhile
 	}
 	return nil, false, why
-}
-
-// stringField decodes a JSON string.
-func stringField[T any](field func(*T) *string) func(*T, json.RawMessage, string) error {
-	return func(v *T, raw json.RawMessage, path string) error {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return configErr(path, "want a string, got %s", brief(raw))
-		}
-		*field(v) = s
-		return nil
-	}
-}
-
-var fallbackFields = fieldSet[FallbackOptions]{
-	"enabled": boolField(func(o *FallbackOptions) *bool { return &o.Enabled }),
-	"maxStale": durationField(func(o *FallbackOptions) *time.Duration { return &o.MaxStale },
-		keepZero),
-	"maxEntryBytes": intField(func(o *FallbackOptions) *int64 { return &o.MaxEntryBytes },
-		keepZero),
-	"maxBytes": intField(func(o *FallbackOptions) *int64 { return &o.MaxBytes },
-		keepZero),
-	"header":            stringField(func(o *FallbackOptions) *string { return &o.Header }),
-	"onTransient":       boolField(func(o *FallbackOptions) *bool { return &o.OnTransient }),
-	"shareCredentialed": boolField(func(o *FallbackOptions) *bool { return &o.ShareCredentialed }),
 }

@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -86,3 +87,18 @@ func (s *hostState) onCircuit(to breaker.State, reason error) {
 
 // circuitState is the state of s's circuit.
 func (s *hostState) circuitState() CircuitState { return CircuitState(s.circuit.State()) }
+
+// abandonProbe counts probe n of s's circuit (0: none), which the caller
+// gave up on or a deadline cut short with err, as a failure
+// (breaker.Circuit.AbandonProbe).
+func (s *hostState) abandonProbe(n uint64, err error) {
+	if n != 0 {
+		s.circuit.AbandonProbe(n, describe(nil, fmt.Errorf("half-open probe abandoned: %w", err), nil))
+	}
+}
+
+func breakerOptionsOf(cfg *config) breaker.Options {
+	cb := cfg.CircuitBreaker
+	return breaker.Options{Disabled: cb.Disabled, FailureRatio: cb.FailureRatio, MinimumThroughput: cb.MinimumThroughput,
+		SamplingDuration: cb.SamplingDuration, BreakDuration: cb.BreakDuration}
+}

@@ -3,7 +3,6 @@ package resilience
 import (
 	"container/list"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,39 +74,6 @@ func newHostTable(h *Handler) *hostTable {
 // now is the time in nanoseconds since t was made, on the monotonic clock,
 // so that a change of the wall clock changes no host's idleness.
 func (t *hostTable) now() int64 { return int64(time.Since(t.epoch)) }
-
-// A hostKey is an authority: scheme and host[:port], in lower case, without
-// the scheme's default port. A struct of the URL's own strings, it costs no
-// allocation for a URL already in that form.
-type hostKey struct{ scheme, host string }
-
-func keyOf(u *url.URL) hostKey {
-	scheme, host := u.Scheme, u.Host
-	switch {
-	case scheme == "http" && strings.HasSuffix(host, ":80"):
-		host = host[:len(host)-3]
-	case scheme == "https" && strings.HasSuffix(host, ":443"):
-		host = host[:len(host)-4]
-	}
-	if hasUpper(scheme) {
-		scheme = strings.ToLower(scheme)
-	}
-	if hasUpper(host) {
-		host = strings.ToLower(host)
-	}
-	return hostKey{scheme, host}
-}
-
-func (k hostKey) String() string { return k.scheme + "://" + k.host }
-
-func hasUpper(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if 'A' <= s[i] && s[i] <= 'Z' {
-			return true
-		}
-	}
-	return false
-}
 
 // get returns the state of u's authority, making it if new, and counts a
 // call in flight to it until release.
@@ -261,47 +227,4 @@ func (t *hostTable) all() []*hostState {
 		states = append(states, s)
 	}
 	return states
-}
-
-// Defaults of PerHostOptions: what a zero field means.
-const (
-	defaultMaxHosts        = 1000
-	defaultHostIdleTimeout = 5 * time.Minute
-)
-
-// PerHostOptions configures per-host isolation: each authority
-// (scheme://host:port) gets its own circuit breaker and limits.
-type PerHostOptions struct {
-	Enabled bool // turns it on; default false; Update cannot change it
-
-	// MaxHosts is how many hosts are kept, more only while in use (a call in
-	// flight, or an open circuit). Default 1000.
-	MaxHosts int
-
-	IdleTimeout time.Duration // forget a host idle this long; default 5m
-}
-
-var perHostFields = fieldSet[PerHostOptions]{
-	"enabled": boolField(func(o *PerHostOptions) *bool { return &o.Enabled }),
-	"maxHosts": intField(func(o *PerHostOptions) *int { return &o.MaxHosts },
-		keepZero),
-	"idleTimeout": durationField(func(o *PerHostOptions) *time.Duration { return &o.IdleTimeout },
-		keepZero),
-}
-
-// resolvePerHost fills in per-host isolation's defaults and validates it.
-func resolvePerHost(ph *PerHostOptions, bad badOption) error {
-	switch {
-	case ph.MaxHosts < 0:
-		return bad("PerHost.MaxHosts", ph.MaxHosts, "must not be negative")
-	case ph.IdleTimeout < 0:
-		return bad("PerHost.IdleTimeout", ph.IdleTimeout, "must not be negative")
-	}
-	if ph.MaxHosts == 0 {
-		ph.MaxHosts = defaultMaxHosts
-	}
-	if ph.IdleTimeout == 0 {
-		ph.IdleTimeout = defaultHostIdleTimeout
-	}
-	return nil
 }

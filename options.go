@@ -81,18 +81,6 @@ type config struct {
 	logs    *logSummary // the counts of Logger's summarised kinds; nil without Logger
 }
 
-// optionError names the field a user got wrong.
-type optionError struct {
-	handler string
-	field   string
-	value   any
-	reason  string
-}
-
-func (e *optionError) Error() string {
-	return fmt.Sprintf("resilience: handler %q: invalid option %s (%v): %s", e.handler, e.field, e.value, e.reason)
-}
-
 // resolve fills in defaults and validates o, layer by layer: each layer's
 // options are resolved beside it (resolveRateLimit in admission.go, and so
 // on), and what spans layers is resolved here.
@@ -159,7 +147,7 @@ func resolve(o Options) (*config, error) {
 		return nil, err
 	}
 
-	route, rerr := resolveEndpoints(&o, bad)
+	route, rerr := resolveEndpoints(o.Endpoints, o.Routing, bad)
 	if rerr != nil {
 		return nil, rerr
 	}
@@ -177,32 +165,28 @@ func resolve(o Options) (*config, error) {
 	return cfg, nil
 }
 
-// A badOption returns the error of an invalid option: its field, the value
-// given and why it is wrong.
-type badOption func(field string, value any, reason string) error
-
-var optionFields = fieldSet[fileOptions]{
-	"totalTimeout": durationField(func(o *fileOptions) *time.Duration { return &o.TotalTimeout },
+var optionFields = fieldSet[Options]{
+	"totalTimeout": durationField(func(o *Options) *time.Duration { return &o.TotalTimeout },
 		keepZero),
-	"attemptTimeout": durationField(func(o *fileOptions) *time.Duration { return &o.AttemptTimeout },
+	"attemptTimeout": durationField(func(o *Options) *time.Duration { return &o.AttemptTimeout },
 		keepZero),
-	"maxBufferedBody": intField(func(o *fileOptions) *int64 { return &o.MaxBufferedBody },
+	"maxBufferedBody": intField(func(o *Options) *int64 { return &o.MaxBufferedBody },
 		keepZero),
-	"rateLimit":      objectField(rateLimitFields, func(o *fileOptions) *RateLimitOptions { return &o.RateLimit }),
-	"overload":       objectField(overloadFields, func(o *fileOptions) *OverloadOptions { return &o.Overload }),
-	"retry":          objectField(retryFields, func(o *fileOptions) *fileOptions { return o }),
-	"circuitBreaker": objectField(circuitBreakerFields, func(o *fileOptions) *CircuitBreakerOptions { return &o.CircuitBreaker }),
-	"perHost":        objectField(perHostFields, func(o *fileOptions) *PerHostOptions { return &o.PerHost }),
-	"retryBudget":    objectField(retryBudgetFields, func(o *fileOptions) *RetryBudgetOptions { return &o.RetryBudget }),
-	"hedging":        objectField(hedgingFields, func(o *fileOptions) *HedgingOptions { return &o.Hedging }),
+	"rateLimit":      objectField(rateLimitFields, func(o *Options) *RateLimitOptions { return &o.RateLimit }),
+	"overload":       objectField(overloadFields, func(o *Options) *OverloadOptions { return &o.Overload }),
+	"retry":          objectField(retryFields, func(o *Options) *RetryOptions { return &o.Retry }),
+	"circuitBreaker": objectField(circuitBreakerFields, func(o *Options) *CircuitBreakerOptions { return &o.CircuitBreaker }),
+	"perHost":        objectField(perHostFields, func(o *Options) *PerHostOptions { return &o.PerHost }),
+	"retryBudget":    objectField(retryBudgetFields, func(o *Options) *RetryBudgetOptions { return &o.RetryBudget }),
+	"hedging":        objectField(hedgingFields, func(o *Options) *HedgingOptions { return &o.Hedging }),
 	"endpoints":      endpointsField,
 	"routing":        routingField,
-	"fallback":       objectField(fallbackFields, func(o *fileOptions) *FallbackOptions { return &o.Fallback }),
+	"fallback":       objectField(fallbackFields, func(o *Options) *FallbackOptions { return &o.Fallback }),
 	"logLevels":      logLevelsField,
-	"idempotency":    objectField(idempotencyFields, func(o *fileOptions) *IdempotencyOptions { return &o.Idempotency }),
+	"idempotency":    objectField(idempotencyFields, func(o *Options) *IdempotencyOptions { return &o.Idempotency }),
 }
 
-func logLevelsField(o *fileOptions, raw json.RawMessage, path string) error {
+func logLevelsField(o *Options, raw json.RawMessage, path string) error {
 	var m map[string]string
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return configErr(path, "want an object of event kinds to levels, such as {\"retry\": \"INFO\"}, got %s", brief(raw))

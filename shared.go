@@ -1,26 +1,9 @@
 package resilience
 
 import (
-	"context"
 	"errors"
 	"reflect"
-	"time"
 )
-
-// A SharedRate is a rate shared by processes through a store, such as a
-// redislimit.Limiter, of which every call takes a permit once admitted. It
-// must be safe for concurrent use. See docs/shared-rate-limit.md.
-type SharedRate interface {
-	// Take takes a permit of the rate named key, or says in Wait when one is
-	// due. An error but ctx's refuses the call with ErrRateLimited.
-	Take(ctx context.Context, key string) (SharedRateResult, error)
-}
-
-// A SharedRateResult is a SharedRate's answer to Take.
-type SharedRateResult struct {
-	Wait     time.Duration // zero with a permit, or else time to the next
-	Fallback error         // if not nil, why the store used a local rate
-}
 
 // paceShared takes a permit of the shared rate sr, waiting for it when
 // RateLimitOptions.Wait says so and it is due before the call's deadline.

@@ -1,0 +1,84 @@
+package resilience
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults of OverloadOptions: what a zero field means.
+const (
+	defaultOverloadMinLimit     = 8
+	defaultOverloadMaxLimit     = 1000
+	defaultOverloadInitialLimit = 20
+	defaultOverloadMaxQueue     = 1000
+	defaultOverloadMaxQueueWait = time.Second
+)
+
+// OverloadOptions configures the overload limiter: an adaptive limit on the
+// attempts awaiting headers from the upstream, by their latency and losses.
+// A call whose first attempt gets no slot in time fails with
+// [ErrOverloaded]; a retry or hedge may be shed. See docs/overload.md.
+type OverloadOptions struct {
+	Disabled     bool          // turns the limiter off; default false
+	MinLimit     int           // fewest attempts in flight allowed; default 8
+	MaxLimit     int           // most allowed, at most 1000000; default 1000
+	InitialLimit int           // where the limit starts; default 20
+	MaxQueue     int           // how many attempts may wait; default 1000
+	MaxQueueWait time.Duration // longest wait for a slot; default 1s
+}
+
+var overloadFields = fieldSet[OverloadOptions]{
+	"disabled": boolField(func(o *OverloadOptions) *bool { return &o.Disabled }),
+	"minLimit": intField(func(o *OverloadOptions) *int { return &o.MinLimit },
+		keepZero),
+	"maxLimit": intField(func(o *OverloadOptions) *int { return &o.MaxLimit },
+		keepZero),
+	"initialLimit": intField(func(o *OverloadOptions) *int { return &o.InitialLimit },
+		keepZero),
+	"maxQueue": intField(func(o *OverloadOptions) *int { return &o.MaxQueue },
+		keepZero),
+	"maxQueueWait": durationField(func(o *OverloadOptions) *time.Duration { return &o.MaxQueueWait },
+		keepZero),
+}
+
+// resolveOverload fills in the overload limiter's defaults and validates
+// it, even when it is disabled, since a live Update may switch it on.
+func resolveOverload(ov *OverloadOptions, bad badOption) error {
+	// Update may switch it on.
+	switch {
+	case ov.MinLimit < 0:
+		return bad("Overload.MinLimit", ov.MinLimit, "must not be negative")
+	case ov.MaxLimit < 0:
+		return bad("Overload.MaxLimit", ov.MaxLimit, "must not be negative")
+	case ov.InitialLimit < 0:
+		return bad("Overload.InitialLimit", ov.InitialLimit, "must not be negative")
+	case ov.MaxQueue < 0:
+		return bad("Overload.MaxQueue", ov.MaxQueue, "must not be negative")
+	case ov.MaxQueueWait < 0:
+		return bad("Overload.MaxQueueWait", ov.MaxQueueWait, "must not be negative")
+	}
+	if ov.MinLimit == 0 {
+		ov.MinLimit = defaultOverloadMinLimit
+	}
+	if ov.MaxLimit == 0 {
+		ov.MaxLimit = max(defaultOverloadMaxLimit, ov.MinLimit)
+	}
+	if ov.InitialLimit == 0 {
+		ov.InitialLimit = min(max(defaultOverloadInitialLimit, ov.MinLimit), ov.MaxLimit)
+	}
+	if ov.MaxQueue == 0 {
+		ov.MaxQueue = defaultOverloadMaxQueue
+	}
+	if ov.MaxQueueWait == 0 {
+		ov.MaxQueueWait = defaultOverloadMaxQueueWait
+	}
+	switch {
+	case ov.MinLimit > ov.MaxLimit:
+		return bad("Overload.MinLimit", ov.MinLimit, fmt.Sprintf("must not exceed MaxLimit (%d)", ov.MaxLimit))
+	case ov.InitialLimit < ov.MinLimit || ov.InitialLimit > ov.MaxLimit:
+		return bad("Overload.InitialLimit", ov.InitialLimit, fmt.Sprintf("must be between MinLimit (%d) and MaxLimit (%d)", ov.MinLimit, ov.MaxLimit))
+	case ov.MaxLimit > 1_000_000:
+		return bad("Overload.MaxLimit", ov.MaxLimit, "must be at most 1000000")
+	}
+	return nil
+}
