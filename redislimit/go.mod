@@ -2,8 +2,6 @@ module github.com/resilienthttp/resilience/redislimit
 
 go 1.25.0
 
-replace github.com/resilienthttp/resilience => ../
-
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/cenkalti/backoff/v4 v4.3.0
