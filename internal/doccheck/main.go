@@ -4,10 +4,10 @@
 //
 //	go run ./internal/doccheck README.md docs/*.md
 //
-// Each block becomes one package of a temporary module that requires the
-// checkout's modules through replace directives, as a user's module would
-// require them, and the module goes through go mod tidy, go build and
-// go vet. A block is one of:
+// Each block becomes one package of a temporary module, outside the
+// workspace, that requires the checkout's modules as a user's module would,
+// each replaced by its directory, and the module goes through go mod tidy,
+// go build, go vet and staticcheck. A block is one of:
 //
 //   - a program: a whole file, package clause and imports included, built
 //     as it stands. The README's first Go block must be one, a package
