@@ -305,3 +305,10 @@ func TestPkgDir(t *testing.T) {
 		t.Errorf("pkgDir = %q", got)
 	}
 }
+
+func TestRelative(t *testing.T) {
+	out := []byte("/tmp/repo/docs/a.md:3:1: x\n../repo/docs/b.md:4:1: y\n")
+	if got, want := relative(out, "/tmp/repo", "/tmp/doccheck1"), "docs/a.md:3:1: x\ndocs/b.md:4:1: y\n"; got != want {
+		t.Errorf("relative = %q, want %q", got, want)
+	}
+}

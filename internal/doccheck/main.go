@@ -162,7 +162,7 @@ func run(files []string, keep bool) error {
 	// names its block and line. Each later step runs on the packages that
 	// passed the one before, so that one run reports every failing block.
 	if out, err := goCmd(tmp, "go", "mod", "tidy", "-e"); err != nil {
-		fmt.Print(relative(out, root))
+		fmt.Print(relative(out, root, tmp))
 		return fmt.Errorf("go mod tidy: %v", err)
 	}
 	pkgs := make([]string, 0, len(byPkg))
@@ -190,7 +190,7 @@ func run(files []string, keep bool) error {
 		if err == nil {
 			continue
 		}
-		out = []byte(relative(markdownPositions(out, tmp), root))
+		out = []byte(relative(markdownPositions(out, tmp), root, tmp))
 		fmt.Print(string(out))
 		bad := blame(out, byPkg)
 		if len(bad) == 0 {
@@ -298,10 +298,15 @@ func goCmd(dir string, args ...string) ([]byte, error) {
 	return out.Bytes(), err
 }
 
-// relative writes the Markdown files' absolute paths in the go command's
-// output relative to the checkout, as the command line named them.
-func relative(out []byte, root string) string {
-	return strings.ReplaceAll(string(out), root+string(filepath.Separator), "")
+// relative writes the Markdown files' paths in the go command's output,
+// absolute or relative to dir, where it ran (it prints the shorter),
+// relative to the checkout, as the command line named them.
+func relative(out []byte, root, dir string) string {
+	text := strings.ReplaceAll(string(out), root+string(filepath.Separator), "")
+	if rel, err := filepath.Rel(dir, root); err == nil {
+		text = strings.ReplaceAll(text, rel+string(filepath.Separator), "")
+	}
+	return text
 }
 
 var goPosition = regexp.MustCompile(`(\S*block\.go):(\d+):(\d+)`)
