@@ -2,8 +2,6 @@ module github.com/resilienthttp/resilience/bench
 
 go 1.25.0
 
-replace github.com/resilienthttp/resilience => ../
-
 require (
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/hashicorp/go-retryablehttp v0.7.8
@@ -39,5 +37,3 @@ require (
 	github.com/resilienthttp/resilience/idempotency v0.0.0-00010101000000-000000000000
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 )
-
-replace github.com/resilienthttp/resilience/idempotency => ../idempotency

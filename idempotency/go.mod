@@ -2,8 +2,6 @@ module github.com/resilienthttp/resilience/idempotency
 
 go 1.25.0
 
-replace github.com/resilienthttp/resilience => ../
-
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/resilienthttp/resilience v0.0.0-00010101000000-000000000000

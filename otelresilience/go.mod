@@ -2,8 +2,6 @@ module github.com/resilienthttp/resilience/otelresilience
 
 go 1.25.0
 
-replace github.com/resilienthttp/resilience => ../
-
 require (
 	github.com/resilienthttp/resilience v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
