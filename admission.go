@@ -13,7 +13,9 @@ import (
 type admitting struct{ *call }
 
 // admit takes a concurrency permit, waiting in the queue if there is room
-// there, and a rate permit, and reports whether the call waited. The permit
+// there, and a rate permit, and reports whether the call waited or may
+// have (a rate it paces by, which may have held it): the clock is read
+// again then, for the first attempt's start. The permit
 // is given back to the bulkhead it came from, even if an Update has
 // replaced that bulkhead since.
 func (c admitting) admit() (queued bool, err error) {
@@ -28,16 +30,21 @@ func (c admitting) admit() (queued bool, err error) {
 		c.permit = p
 	}
 	if p.limiter != nil {
+		queued = true
 		if err := c.paceLocal(p.limiter, p.rl); err != nil {
 			c.releasePermit()
 			return false, err
 		}
+	}
+	if c.cfg.followsServer() && c.s.quota.active.Load() {
+		queued = true
 	}
 	if err := c.paceServer(); err != nil { // serverquota.go: the server's word first
 		c.releasePermit()
 		return false, err
 	}
 	if sr := p.rl.Shared; sr != nil && !p.rl.Disabled {
+		queued = true
 		if err := c.paceShared(sr); err != nil { // shared.go
 			c.releasePermit()
 			return false, err

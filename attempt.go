@@ -41,7 +41,7 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 	} else if probe, err = s.circuit.Admit(); err != nil {
 		return nil, reporting(c).rejected(err), true
 	}
-	slot, err := c.takeSlot(c.req.Context(), s, c.attempts+1, true)
+	slot, err := c.takeSlot(c.req.Context(), s, c.attempts+1, true, now)
 	if err != nil {
 		s.circuit.ReleaseProbe(probe) // nothing was sent
 		var oe *OverloadError
@@ -212,12 +212,12 @@ func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.R
 }
 
 // takeSlot takes a slot of s's overload limiter for the call's attempt n,
-// if the limiter is on. A first attempt, or a retry while the limiter is
+// if the limiter is on: at now, unless it waits for one. A first attempt, or a retry while the limiter is
 // not shedding, waits for one (queue), at most MaxQueueWait and never past
 // the call's deadline; a hedge only tries. ctx is the attempt's. A refusal
 // is reported (EventOverloadShed) and returned: an *OverloadError, or ctx's
 // error if the caller left while waiting.
-func (c sending) takeSlot(ctx context.Context, s *hostState, n int, queue bool) (overloadSlot, error) {
+func (c sending) takeSlot(ctx context.Context, s *hostState, n int, queue bool, now time.Time) (overloadSlot, error) {
 	l := s.policies.Load().overload
 	if l == nil {
 		return overloadSlot{}, nil
@@ -227,7 +227,7 @@ func (c sending) takeSlot(ctx context.Context, s *hostState, n int, queue bool) 
 	if queue {
 		wait, until = l.opts.MaxQueueWait, c.deadline()
 	}
-	slot, err := l.acquire(ctx, wait, until, n)
+	slot, err := l.acquire(ctx, wait, until, n, now)
 	if err == nil && !l.reported.Load() {
 		return slot, nil // only a refusal starts the overloaded state, and it ends only once started
 	}

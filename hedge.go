@@ -309,7 +309,7 @@ func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFun
 			return hedgeOutcome{n: n, kind: outcomeRejected, err: reason}
 		}
 	}
-	slot, err := sending(c).takeSlot(ctx, s, n, n == 1) // the first waits; a hedge only tries
+	slot, err := sending(c).takeSlot(ctx, s, n, n == 1, time.Now()) // the first waits; a hedge only tries
 	if err != nil {
 		unsent()
 		s.circuit.ReleaseProbe(probe)

@@ -181,14 +181,14 @@ const (
 // then), or until ctx ends; a retry (n > 1) waits only while the limiter is
 // not shedding. Otherwise, or with the queue full, it is refused at once. A
 // refusal returns a non-nil error: ctx's, or an *OverloadError without its
-// handler's name. until is read only when the attempt must wait, so that
-// a free slot costs no clock read for it.
-func (l *overloadLimiter) acquire(ctx context.Context, wait time.Duration, until time.Time, n int) (overloadSlot, error) {
+// handler's name. until is read only when the attempt must wait, and a
+// free slot is taken at now, so that it costs no clock read.
+func (l *overloadLimiter) acquire(ctx context.Context, wait time.Duration, until time.Time, n int, now time.Time) (overloadSlot, error) {
 	l.mu.Lock()
 	if len(l.waiters) == 0 && l.inflight < l.limitLocked() {
 		k := l.takeLocked()
 		l.mu.Unlock()
-		return l.slot(k), nil
+		return l.slot(k, now), nil
 	}
 	if wait > 0 && !until.IsZero() {
 		wait = min(wait, time.Until(until))
@@ -208,7 +208,7 @@ func (l *overloadLimiter) acquire(ctx context.Context, wait time.Duration, until
 	var cause error
 	select {
 	case <-w.ready:
-		return l.slot(w.k), nil // k was written before ready was closed
+		return l.slot(w.k, time.Now()), nil // k was written before ready was closed
 	case <-timer.C:
 	case <-ctx.Done():
 		cause = ctx.Err()
@@ -216,7 +216,7 @@ func (l *overloadLimiter) acquire(ctx context.Context, wait time.Duration, until
 	l.mu.Lock()
 	if w.granted { // granted as the wait ended: give the slot back if the caller left
 		l.mu.Unlock()
-		s := l.slot(w.k)
+		s := l.slot(w.k, time.Now())
 		if cause == nil {
 			return s, nil
 		}
@@ -246,9 +246,11 @@ func (l *overloadLimiter) takeLocked() int {
 	return l.inflight
 }
 
-func (l *overloadLimiter) slot(k int) overloadSlot {
+// slot is the slot of an attempt sent with k in flight, its own included,
+// at at: now for one that did not wait.
+func (l *overloadLimiter) slot(k int, at time.Time) overloadSlot {
 	p, _ := l.latency.TryAcquirePermit()
-	return overloadSlot{l: l, permit: p, at: time.Now(), k: k}
+	return overloadSlot{l: l, permit: p, at: at, k: k}
 }
 
 func (l *overloadLimiter) refuseLocked(waited time.Duration, n int) *OverloadError {

@@ -26,11 +26,11 @@ func TestOverloadLimiterTriesUpToTheLimit(t *testing.T) {
 	l := newOverloadLimiter(testOverloadOptions(1, 3), time.Now)
 	var slots []overloadSlot
 	for range 3 {
-		s, err := l.acquire(context.Background(), 0, time.Time{}, 1)
+		s, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 		require.NoError(t, err)
 		slots = append(slots, s)
 	}
-	_, err := l.acquire(context.Background(), 0, time.Time{}, 1)
+	_, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.ErrorIs(t, err, ErrOverloaded)
 	var oe *OverloadError
 	require.ErrorAs(t, err, &oe)
@@ -39,7 +39,7 @@ func TestOverloadLimiterTriesUpToTheLimit(t *testing.T) {
 	assert.Contains(t, err.Error(), "limit 3")
 
 	slots[0].release(overloadAnswered, time.Millisecond)
-	s, err := l.acquire(context.Background(), 0, time.Time{}, 1)
+	s, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err, "a released slot is free again")
 	s.release(overloadDropped, 0)
 	for _, s := range slots[1:] {
@@ -54,14 +54,14 @@ func TestOverloadLimiterTriesUpToTheLimit(t *testing.T) {
 
 func TestOverloadLimiterQueuesFirstAttemptsInOrder(t *testing.T) {
 	l := newOverloadLimiter(testOverloadOptions(1, 1), time.Now)
-	held, err := l.acquire(context.Background(), 0, time.Time{}, 1)
+	held, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err)
 
 	got := make(chan int, 2)
 	slots := make(chan overloadSlot, 2)
 	for i := range 2 {
 		go func() {
-			s, err := l.acquire(context.Background(), time.Minute, time.Time{}, 1)
+			s, err := l.acquire(context.Background(), time.Minute, time.Time{}, 1, time.Now())
 			if err == nil {
 				got <- i
 				slots <- s
@@ -69,7 +69,7 @@ func TestOverloadLimiterQueuesFirstAttemptsInOrder(t *testing.T) {
 		}()
 		require.Eventually(t, func() bool { return l.stats().Queued == i+1 }, time.Second, time.Millisecond)
 	}
-	_, err = l.acquire(context.Background(), time.Minute, time.Time{}, 1)
+	_, err = l.acquire(context.Background(), time.Minute, time.Time{}, 1, time.Now())
 	require.ErrorIs(t, err, ErrOverloaded, "the queue holds MaxQueue")
 
 	held.release(overloadAnswered, time.Millisecond)
@@ -82,18 +82,18 @@ func TestOverloadLimiterQueuesFirstAttemptsInOrder(t *testing.T) {
 
 func TestOverloadLimiterWaitEnds(t *testing.T) {
 	l := newOverloadLimiter(testOverloadOptions(1, 1), time.Now)
-	held, err := l.acquire(context.Background(), 0, time.Time{}, 1)
+	held, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err)
 	defer held.release(overloadDropped, 0)
 
-	_, err = l.acquire(context.Background(), time.Millisecond, time.Time{}, 1)
+	_, err = l.acquire(context.Background(), time.Millisecond, time.Time{}, 1, time.Now())
 	var oe *OverloadError
 	require.ErrorAs(t, err, &oe)
 	assert.Positive(t, oe.Waited)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = l.acquire(ctx, time.Minute, time.Time{}, 1)
+	_, err = l.acquire(ctx, time.Minute, time.Time{}, 1, time.Now())
 	assert.ErrorIs(t, err, context.Canceled, "the caller left: its reason, not overload")
 	assert.False(t, errors.Is(err, ErrOverloaded))
 	assert.Equal(t, 0, l.stats().Queued)
@@ -107,7 +107,7 @@ func TestOverloadLossCapArithmetic(t *testing.T) {
 	l := newOverloadLimiter(testOverloadOptions(2, 20), clock.now)
 	var slots []overloadSlot
 	for range 10 {
-		s, err := l.acquire(context.Background(), 0, time.Time{}, 1)
+		s, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 		require.NoError(t, err)
 		slots = append(slots, s)
 	}
@@ -128,31 +128,31 @@ func TestOverloadLossCapArithmetic(t *testing.T) {
 	}
 	for range 30 {
 		clock.advance(lossWindow)
-		s, err := l.acquire(context.Background(), 0, time.Time{}, 1)
+		s, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 		require.NoError(t, err)
 		s.release(overloadLoss, 0)
 	}
 	assert.InDelta(t, 2, l.lossCap, 1e-9, "never under MinLimit")
 
-	s, err := l.acquire(context.Background(), 0, time.Time{}, 1)
+	s, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err)
 	s.release(overloadAnswered, time.Millisecond)
 	assert.InDelta(t, 2+congestedGrowth/2, l.lossCap, 1e-9, "a quarter of 1/cap per success while losses are congestion")
 	l.lossRate = 0 // the losses have stopped
 	capBefore := l.lossCap
-	s, err = l.acquire(context.Background(), 0, time.Time{}, 1)
+	s, err = l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err)
 	s.release(overloadAnswered, time.Millisecond)
 	assert.InDelta(t, capBefore+1/capBefore, l.lossCap, 1e-9, "+1/cap per success otherwise")
 	for l.lossCap < 100 {
-		s, _ := l.acquire(context.Background(), 0, time.Time{}, 1)
+		s, _ := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 		s.release(overloadAnswered, time.Millisecond)
 	}
 	assert.True(t, math.IsInf(l.lossCap, 1), "lifted once over MaxLimit")
 
 	before := l.lossCap
 	clock.advance(lossWindow)
-	s, _ = l.acquire(context.Background(), 0, time.Time{}, 1)
+	s, _ = l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	s.release(overloadDropped, 0)
 	assert.Equal(t, before, l.lossCap, "a dropped attempt says nothing")
 }
@@ -164,9 +164,9 @@ func TestOverloadStateChangesOnce(t *testing.T) {
 	assert.False(t, now)
 	assert.False(t, changed)
 
-	held, _ := l.acquire(context.Background(), 0, time.Time{}, 1)
+	held, _ := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	for range 3 {
-		_, err := l.acquire(context.Background(), 0, time.Time{}, 1)
+		_, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 		require.ErrorIs(t, err, ErrOverloaded)
 	}
 	now, changed = l.overloaded()
@@ -267,7 +267,7 @@ func feedAt(t *testing.T, l *overloadLimiter, clock *testClock, n, k, every int)
 		clock.advance(lossWindow)
 		l.mu.Lock()
 		l.inflight += k - 1
-		s := l.slot(l.takeLocked())
+		s := l.slot(l.takeLocked(), time.Now())
 		l.mu.Unlock()
 		if i%every == 0 {
 			s.release(overloadLoss, 0)
