@@ -2,7 +2,6 @@ package resilience
 
 import (
 	"errors"
-	"math/rand/v2"
 	"net/http"
 )
 
@@ -79,7 +78,7 @@ func (rt *route) draw(h *Handler) int {
 			total += uint64(rt.r.eps[i].weight)
 		}
 	}
-	x := h.randN(total)
+	x := h.rand(total)
 	for i := range rt.r.eps {
 		if open&^rt.tried&(1<<i) == 0 {
 			continue
@@ -119,15 +118,6 @@ func (rt *route) ended(i int, err error) {
 
 // left reports whether an endpoint is left that the call has not dropped.
 func (rt *route) left() bool { return rt.dropped != uint32(1)<<len(rt.r.eps)-1 }
-
-// randN returns a random number in [0, n): from the handler's own source
-// when a test set one, from math/rand/v2's otherwise.
-func (h *Handler) randN(n uint64) uint64 {
-	if h.rand != nil {
-		return h.rand(n)
-	}
-	return rand.Uint64N(n)
-}
 
 // state returns endpoint i's host state, held until the call ends.
 func (rt *route) state(h *Handler, i int) *hostState {

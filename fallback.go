@@ -65,19 +65,13 @@ func (e *fallbackRefusal) Timeout() bool {
 }
 func (e *fallbackRefusal) Temporary() bool { return e.Timeout() }
 
-// fallbackStore returns the store cfg's calls keep responses in.
-func (h *Handler) fallbackStore(cfg *config) FallbackStore {
-	if s := cfg.Fallback.Store; s != nil {
+// store returns the store the call keeps responses in: its options' own,
+// or its handler's.
+func (c fallingBack) store() FallbackStore {
+	if s := c.cfg.Fallback.Store; s != nil {
 		return s
 	}
-	return h.fbStore
-}
-
-func (h *Handler) fallbackNow() time.Time {
-	if h.fbNow != nil {
-		return h.fbNow()
-	}
-	return time.Now()
+	return c.h.fbStore
 }
 
 // keeping returns the body to read resp through: a tee that keeps the
@@ -126,7 +120,7 @@ func (c fallingBack) keeper(resp *http.Response) *keeper {
 	if !ok {
 		return nil
 	}
-	t := &keeper{rc: resp.Body, h: c.h, store: c.h.fallbackStore(c.cfg), key: key, vary: vary,
+	t := &keeper{rc: resp.Body, h: c.h, store: c.store(), key: key, vary: vary,
 		req: c.req, max: f.MaxEntryBytes, status: resp.StatusCode, header: resp.Header.Clone()}
 	if resp.ContentLength > 0 {
 		t.buf = make([]byte, 0, resp.ContentLength)
@@ -185,7 +179,7 @@ func (t *keeper) put() {
 	if body == nil {
 		body = []byte{}
 	}
-	e := &FallbackEntry{StatusCode: t.status, Header: t.header, Body: body, Stored: t.h.fallbackNow()}
+	e := &FallbackEntry{StatusCode: t.status, Header: t.header, Body: body, Stored: t.h.fbNow()}
 	if len(t.vary) == 0 {
 		t.store.Put(t.req.Context(), t.key, e)
 		return
@@ -260,7 +254,7 @@ func (c fallingBack) stale() (resp *http.Response, reason, left error) {
 	if key == "" {
 		return nil, ErrFallbackIneligible, nil
 	}
-	store := c.h.fallbackStore(c.cfg)
+	store := c.store()
 	e, ok, left := c.storeGet(store, key)
 	if left == nil && ok && e != nil && e.Vary != nil {
 		e, ok, left = c.storeGet(store, httpcache.VariantKey(key, c.req, e.Vary))
@@ -275,7 +269,7 @@ func (c fallingBack) stale() (resp *http.Response, reason, left error) {
 	// negative) plus the Age it came with, both at most 2^31 s, and so is
 	// their sum: no overflow, and never an Age above 2^31 served.
 	const maxAge = httpcache.MaxDeltaSeconds * time.Second
-	resident := min(max(0, c.h.fallbackNow().Sub(e.Stored)), maxAge)
+	resident := min(max(0, c.h.fbNow().Sub(e.Stored)), maxAge)
 	age := min(resident+httpcache.ReceivedAge(e.Header), maxAge)
 	bound := c.cfg.Fallback.MaxStale
 	if v, ok := httpcache.Directive(e.Header, "stale-if-error"); ok {

@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -25,12 +26,12 @@ type Handler struct {
 	isolated atomic.Bool
 
 	fbStore *lruStore        // the built-in fallback store, bounded by the current Fallback.MaxBytes
-	fbNow   func() time.Time // the fallback layer's clock; nil is time.Now (tests set it)
+	fbNow   func() time.Time // the fallback layer's clock, time.Now (tests set another)
 	fbLate  atomic.Int64     // Gets of a plugged-in fallback store still running for callers that left (fallback.go)
 
 	latency hedgestats.Sketch    // attempt latencies, for Hedging.DelayPercentile (internal/hedgestats)
 	load    hedgestats.ExtraLoad // hedged calls and hedges, for Hedging.MaxExtraLoad (internal/hedgestats)
-	rand    func(uint64) uint64  // the routing's random source; nil is math/rand/v2's (tests set it)
+	rand    func(uint64) uint64  // the routing's random source, math/rand/v2's (tests set another)
 }
 
 // NewHandler validates opts, fills in defaults, and returns the Handler
@@ -49,7 +50,15 @@ func NewHandler(opts Options) (*Handler, error) {
 	h.fbStore = newLRUStore(cfg.Fallback.MaxBytes)
 	rb := cfg.RetryBudget
 	h.budget = budget.New(rb.MaxTokens, rb.TokenRatio, rb.RetrySuccessTokens)
-	h.budget.OnChange = h.budgetChanged
+	h.rand, h.fbNow = rand.Uint64N, time.Now
+	h.budget.OnChange = func(exhausted bool, why error) {
+		// The budget is the handler's: the event names no host and no call.
+		if exhausted {
+			h.emit(Event{Kind: EventBudgetExhausted, Err: why})
+		} else {
+			h.emit(Event{Kind: EventBudgetRecovered})
+		}
+	}
 	h.hosts = newHostTable(h) // each host's state with PerHost, each endpoint's in any case
 	if !cfg.PerHost.Enabled {
 		h.shared = newHostState(h, "")
@@ -157,17 +166,6 @@ func (h *Handler) CloseCircuit() {
 	}
 	if wasIsolated && !closed {
 		h.emit(Event{Kind: EventCircuitClosed})
-	}
-}
-
-// budgetChanged reports a change of the retry budget's state: exhausted,
-// and why, or recovered. The budget is the handler's, so the event names no
-// host and no call.
-func (h *Handler) budgetChanged(exhausted bool, why error) {
-	if exhausted {
-		h.emit(Event{Kind: EventBudgetExhausted, Err: why})
-	} else {
-		h.emit(Event{Kind: EventBudgetRecovered})
 	}
 }
 

@@ -32,7 +32,7 @@ func CheckHealth(handlers ...*Handler) Health {
 		hh := HandlerHealth{Circuit: state.String()}
 		if state != CircuitClosed {
 			report.Status = "degraded"
-			hh.Reason = h.openReason()
+			hh.Reason = openReason(h)
 		}
 		if hosts := h.HostCircuitStates(); hosts != nil {
 			hh.Hosts = make(map[string]string, len(hosts))
@@ -61,8 +61,8 @@ func HealthHandler(handlers ...*Handler) http.Handler {
 	})
 }
 
-// openReason says why the handler's circuit is not closed.
-func (h *Handler) openReason() string {
+// openReason says why h's circuit is not closed.
+func openReason(h *Handler) string {
 	if h.isolated.Load() {
 		return strings.TrimPrefix(ErrIsolated.Error(), "resilience: ")
 	}

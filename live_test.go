@@ -122,7 +122,7 @@ func TestUpdateKeepsAnOpenCircuitOpen(t *testing.T) {
 		require.NoError(t, err)
 		tr := h.Transport(nil)
 		liveOpen(t, h, tr, up)
-		reason := h.openReason()
+		reason := openReason(h)
 
 		o := liveBreakerOptions(rec, cbLongBreak)
 		o.CircuitBreaker.FailureRatio = 0.9
@@ -131,7 +131,7 @@ func TestUpdateKeepsAnOpenCircuitOpen(t *testing.T) {
 		require.NoError(t, h.Update(o))
 		assert.Equal(t, CircuitOpen, h.CircuitState(), "the new breaker carries the open state")
 		liveRejected(t, tr, up)
-		assert.Equal(t, reason, h.openReason(), "and the reason it opened")
+		assert.Equal(t, reason, openReason(h), "and the reason it opened")
 		assert.Equal(t, []EventKind{EventCircuitOpened, EventCircuitRejected}, rec.kinds(),
 			"carrying the state is not a new opening")
 	})
