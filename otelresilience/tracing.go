@@ -72,9 +72,10 @@ func WithAttemptSpans(enabled bool) Option {
 //
 //	client := &http.Client{Transport: h.Transport(m.AttemptTransport(nil))}
 //
-// Without WithTracerProvider it returns base as it is. A request that is
-// not an attempt of a handler's call (see resilience.AttemptFromContext)
-// passes through untraced. The caller's request is never modified: an
+// Without WithTracerProvider it returns base as it is. The handler must be
+// built from options m.Instrument gave: a handler without observers does not
+// describe its attempts (resilience.AttemptFromContext), and a request that
+// is not a described attempt passes through untraced. The caller's request is never modified: an
 // attempt's headers are copied before the trace context is put in them.
 //
 // A handler whose base is not wrapped has no attempt spans: its attempts
