@@ -3,10 +3,12 @@ package resilience
 import (
 	"context"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -388,8 +390,9 @@ func TestEndpointsWithoutPerHost(t *testing.T) {
 	assert.Equal(t, map[string]CircuitState{keyOf(du).String(): CircuitOpen, keyOf(uu).String(): CircuitClosed}, h.HostCircuitStates())
 	assert.Equal(t, CircuitOpen, h.CircuitState(), "the handler reports its least healthy endpoint, as with PerHost")
 	assert.EqualValues(t, 4, down.hits.Load(), "the open circuit passes the endpoint over")
-	assert.Contains(t, h.OverloadStats(), "", "admission and the limit of calls are the handler's")
-	assert.NotNil(t, h.shared)
+	assert.ElementsMatch(t, []string{keyOf(du).String(), keyOf(uu).String()}, slices.Collect(maps.Keys(h.OverloadStats())),
+		"each endpoint has an overload limit of its own")
+	assert.NotNil(t, h.shared, "admission stays the handler's")
 
 	h.CloseCircuit()
 	assert.Equal(t, CircuitClosed, h.HostCircuitStates()[keyOf(du).String()], "CloseCircuit closes every endpoint's")

@@ -17,11 +17,15 @@ type OverloadStats struct {
 }
 
 // OverloadStats returns a snapshot of the overload limiter, by host with
-// PerHost and under "" without, or nil when it is off.
+// PerHost or Endpoints and under "" without, or nil when it is off.
 func (h *Handler) OverloadStats() map[string]OverloadStats {
 	states := h.states()
+	routed := h.cfg.Load().route != nil
 	var out map[string]OverloadStats
 	for _, s := range states {
+		if routed && s == h.shared {
+			continue // every attempt goes to an endpoint's limiter
+		}
 		if l := s.policies.Load().overload; l != nil {
 			if out == nil {
 				out = make(map[string]OverloadStats, len(states))
