@@ -397,3 +397,26 @@ func TestEndpointsWithoutPerHost(t *testing.T) {
 	h.CloseCircuit()
 	assert.Equal(t, CircuitClosed, h.HostCircuitStates()[keyOf(du).String()], "CloseCircuit closes every endpoint's")
 }
+
+// A running handler without PerHost takes endpoints from an Update, and
+// gives them up again: the next call goes where the options say.
+func TestEndpointsByUpdate(t *testing.T) {
+	own := newReplica(t, answer("own"))
+	other := newReplica(t, answer("other"))
+	h, err := NewHandler(Options{})
+	require.NoError(t, err)
+	tr := h.Transport(&http.Transport{})
+	defer tr.CloseIdleConnections()
+	_, body := routedGet(t, tr, own.URL)
+	assert.Equal(t, "own", body)
+
+	require.NoError(t, h.Update(Options{Endpoints: endpointsOf(other)}))
+	_, body = routedGet(t, tr, own.URL)
+	assert.Equal(t, "other", body, "routed to the endpoint")
+	ou, _ := url.Parse(other.URL)
+	assert.Equal(t, map[string]CircuitState{keyOf(ou).String(): CircuitClosed}, h.HostCircuitStates())
+
+	require.NoError(t, h.Update(Options{}))
+	_, body = routedGet(t, tr, own.URL)
+	assert.Equal(t, "own", body, "the request's own URL again")
+}
