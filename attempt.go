@@ -106,7 +106,7 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 		resp, err = nil, ErrAttemptTimeout
 		e := Event{Kind: EventAttemptTimeout, Err: err}
 		if ep != nil {
-			e.Endpoint, e.Host = ep.base, s.host
+			ep.label(&e)
 		}
 		c.emit(e)
 	case err != nil && c.callerLeft() != nil:
