@@ -57,14 +57,14 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 		// Only now, once the call will be sent, is the body read ahead.
 		c.prepared = true
 		if err := c.body.Prepare(c.req, c.repeatable, c.cfg.MaxBufferedBody); err != nil {
-			slot.release(overloadDropped, 0)
+			slot.release(overloadDropped)
 			s.circuit.ReleaseProbe(probe) // the request's own failure
 			return nil, c.errorf(nil, err, ""), true
 		}
 	}
 	body, getBody, err := c.body.Next()
 	if err != nil {
-		slot.release(overloadDropped, 0)
+		slot.release(overloadDropped)
 		s.circuit.ReleaseProbe(probe)
 		return nil, c.errorf(nil, err, ""), true
 	}
@@ -88,7 +88,7 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 		if o == overloadLoss && requestFault(sent, err) != nil {
 			o = overloadDropped
 		}
-		slot.release(o, time.Since(slot.at))
+		slot.release(o)
 	}
 	reporting(c).attemptEnded(c.attempts, now, waited, resp, err, fired, ep)
 
@@ -106,7 +106,7 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 		resp, err = nil, ErrAttemptTimeout
 		e := Event{Kind: EventAttemptTimeout, Err: err}
 		if ep != nil {
-			e.Endpoint, e.Host = ep.base, s.host
+			ep.label(&e)
 		}
 		c.emit(e)
 	case err != nil && c.callerLeft() != nil:

@@ -16,19 +16,10 @@ func AttemptFromContext(ctx context.Context) (e Event, ok bool) {
 	if !ok {
 		return Event{}, false
 	}
-	c := a.c
-	e = Event{
-		Handler: c.cfg.Name,
-		Host:    c.s.host,
-		Kind:    EventAttempt,
-		Method:  c.req.Method,
-		Attempt: a.n,
-		Delay:   a.delay,
-		Context: c.req.Context(),
-		req:     c.req,
-	}
+	e = Event{Handler: a.c.cfg.Name, Kind: EventAttempt, Attempt: a.n, Delay: a.delay}
 	if a.ep != nil {
-		e.Endpoint, e.Host = a.ep.base, a.ep.url.String() // as EventAttempt says them
+		a.ep.label(&e) // as EventAttempt says it
 	}
+	a.c.about(&e)
 	return e, true
 }

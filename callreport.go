@@ -68,7 +68,7 @@ func (c reporting) attemptEnded(n int, start time.Time, delay time.Duration, res
 	}
 	e := Event{Kind: EventAttempt, Attempt: n, Delay: delay, Duration: time.Since(start), Err: err}
 	if ep != nil {
-		e.Endpoint, e.Host = ep.base, ep.url.String()
+		ep.label(&e)
 	}
 	switch {
 	case deadline != nil:
@@ -87,14 +87,20 @@ func (c *call) emit(e Event) {
 	if !c.cfg.observed() {
 		return
 	}
-	e.Method, e.Context, e.req = c.req.Method, c.req.Context(), c.req
-	if e.Host == "" {
-		e.Host = c.s.host // an endpoint's attempt names its endpoint's
-	}
+	c.about(&e)
 	if e.Attempt == 0 && e.Kind != EventCall {
 		e.Attempt = c.attempts
 	}
 	c.cfg.emit(e)
+}
+
+// about fills in the fields by which e names its call: its request, and
+// its host unless e names an endpoint's (endpoint.label).
+func (c *call) about(e *Event) {
+	e.Method, e.Context, e.req = c.req.Method, c.req.Context(), c.req
+	if e.Host == "" {
+		e.Host = c.s.host
+	}
 }
 
 func (c *call) errorf(kind, cause error, format string, args ...any) error {

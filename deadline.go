@@ -2,7 +2,7 @@ package resilience
 
 import (
 	"context"
-	"sync/atomic"
+	"sync"
 	"time"
 )
 
@@ -16,26 +16,96 @@ import (
 // bound of its own.
 
 // A timerSlot is a reusable timer whose function is bound once, to the slot;
-// the slot points at the call it serves. Handlers pool them, which saves a
-// timer and a closure per call. A firing that was already on its way when
-// the slot changed hands reaches the next call, which ignores it because
-// its own deadline has not passed.
+// the slot points at the call it serves. Handlers keep the free ones
+// (timerSlots), which saves a timer and a closure per call.
+//
+// A slot's timer is left running when its call ends or disarms it, and is
+// reset only to fire earlier than it will: a call whose deadline is later
+// than a pending firing is woken at that firing, finds its own deadline not
+// yet passed and arms the timer again for it (fire). On the success path a
+// call then neither resets nor stops the runtime's timer, which took a
+// fifth of the handler's own time (bench/results/overhead-issue20.md): with
+// the default 10 s attempt timeout, a slot's timer fires once per 10 s
+// however many calls it serves.
 type timerSlot struct {
 	t *time.Timer
-	c atomic.Pointer[call]
+
+	mu  sync.Mutex
+	c   *call     // the call it serves; nil while it is pooled
+	due time.Time // when t fires; zero when it is stopped or has fired
 }
 
-func newTimerSlot() any {
+func newTimerSlot() *timerSlot {
 	s := &timerSlot{}
 	s.t = time.AfterFunc(time.Hour, s.fire)
 	s.t.Stop()
 	return s
 }
 
+// timerSlots is a handler's free timer slots, at most maxFreeTimers; the
+// zero value is empty. It is a list of its own rather than a sync.Pool,
+// which drops what it holds at a garbage collection: a dropped slot's
+// running timer would keep it alive until it fires, up to a deadline away.
+// With the race detector, which drops a quarter of a Pool's Puts, 20,000
+// calls kept 1 MiB so (TestFallbackMemoryBoundChunked).
+type timerSlots struct {
+	mu   sync.Mutex
+	free []*timerSlot
+}
+
+// maxFreeTimers bounds the free slots a handler keeps: a slot given back
+// beyond it is stopped and left to the collector.
+const maxFreeTimers = 1024
+
+func (p *timerSlots) get() *timerSlot {
+	p.mu.Lock()
+	if n := len(p.free); n > 0 {
+		s := p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+		p.mu.Unlock()
+		return s
+	}
+	p.mu.Unlock()
+	return newTimerSlot()
+}
+
+func (p *timerSlots) put(s *timerSlot) {
+	p.mu.Lock()
+	if len(p.free) < maxFreeTimers {
+		p.free = append(p.free, s)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	s.t.Stop()
+}
+
 func (s *timerSlot) fire() {
-	if c := s.c.Load(); c != nil {
+	s.mu.Lock()
+	s.due = time.Time{}
+	c := s.c
+	s.mu.Unlock()
+	if c != nil {
 		c.fire()
 	}
+}
+
+// serve makes c the call the slot's firings reach; nil for none.
+func (s *timerSlot) serve(c *call) {
+	s.mu.Lock()
+	s.c = c
+	s.mu.Unlock()
+}
+
+// arm makes the timer fire no later than at.
+func (s *timerSlot) arm(at, now time.Time) {
+	s.mu.Lock()
+	if s.due.IsZero() || at.Before(s.due) {
+		s.due = at
+		s.t.Reset(at.Sub(now))
+	}
+	s.mu.Unlock()
 }
 
 // start makes cancel the current attempt's and arms the timer for the
@@ -70,30 +140,27 @@ func (c *call) headers() error {
 }
 
 // armLocked sets the timer to cancel the current attempt with cause at t; a
-// zero t disarms it. c.mu must be held.
+// zero t disarms it (a firing still pending then finds nothing to do).
+// c.mu must be held.
 func (c *call) armLocked(t time.Time, cause error, now time.Time) {
 	if t.IsZero() {
 		c.armedCause = nil
-		if c.timer != nil {
-			c.timer.t.Stop()
-		}
 		return
 	}
 	c.armedAt, c.armedCause = t, cause
 	if c.timer == nil {
-		c.timer = c.h.timers.Get().(*timerSlot)
-		c.timer.c.Store(c)
+		c.timer = c.h.timers.get()
+		c.timer.serve(c)
 	}
-	c.timer.t.Reset(t.Sub(now))
+	c.timer.arm(t, now)
 }
 
-// releaseTimerLocked stops the timer and gives it back to the handler's
-// pool. c.mu must be held.
+// releaseTimerLocked gives the timer back to the handler's pool, still
+// running if it is (timerSlot). c.mu must be held.
 func (c *call) releaseTimerLocked() {
 	if c.timer != nil {
-		c.timer.t.Stop()
-		c.timer.c.Store(nil)
-		c.h.timers.Put(c.timer)
+		c.timer.serve(nil)
+		c.h.timers.put(c.timer)
 		c.timer = nil
 	}
 	c.armedCause = nil
@@ -103,8 +170,14 @@ func (c *call) fire() {
 	c.mu.Lock()
 	cause, cancel := c.armedCause, c.cancel
 	now := time.Now()
-	if cause == nil || cancel == nil || now.Before(c.armedAt) {
-		c.mu.Unlock() // disarmed, or re-armed since this firing was scheduled
+	if cause == nil || cancel == nil {
+		c.mu.Unlock() // disarmed
+		return
+	}
+	if now.Before(c.armedAt) {
+		// A firing for an earlier deadline: the call's own is still ahead.
+		c.timer.arm(c.armedAt, now)
+		c.mu.Unlock()
 		return
 	}
 	if cause == ErrAttemptTimeout && c.inBody {

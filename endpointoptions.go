@@ -41,10 +41,14 @@ const maxEndpoints = 16
 type endpoint struct {
 	base      string  // as configured, without a trailing slash: what events and metrics say
 	url       url.URL // scheme and host only: the host table's key
+	host      string  // url as a string: the name of its state in the host table
 	prefix    string  // the path prefix, without a trailing slash; "" for none
 	rawPrefix string  // prefix, escaped as written, for a request with a RawPath
 	weight    int
 }
+
+// label names ep in e, as every event about an attempt sent to it does.
+func (ep *endpoint) label(e *Event) { e.Endpoint, e.Host = ep.base, ep.host }
 
 // A router is the endpoints of a handler's options, resolved.
 type router struct {
@@ -96,6 +100,7 @@ func resolveEndpoints(eps []Endpoint, mode Routing, bad badOption) (*router, err
 		ep := endpoint{
 			base:      strings.TrimSuffix(e.URL, "/"),
 			url:       url.URL{Scheme: key.scheme, Host: key.host},
+			host:      key.String(),
 			prefix:    strings.TrimSuffix(u.Path, "/"),
 			rawPrefix: strings.TrimSuffix(u.EscapedPath(), "/"),
 			weight:    max(1, e.Weight),

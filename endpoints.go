@@ -144,7 +144,7 @@ func (c routing) newRoute() *route {
 func (c routing) routeEnded(rt *route) {
 	rt.release(c.h)
 	if c.wantsReport() && c.attempts > 0 {
-		c.over.report.Endpoint = rt.r.eps[rt.last].url.String()
+		c.over.report.Endpoint = rt.r.eps[rt.last].host
 	}
 }
 
@@ -179,7 +179,9 @@ func (c routing) admitRouted(rt *route) (ep *endpoint, s *hostState, probe uint6
 			rt.last = i
 			return &rt.r.eps[i], s, probe, nil
 		}
-		c.emit(Event{Kind: EventCircuitRejected, Attempt: c.attempts + 1, Host: s.host, Endpoint: rt.r.eps[i].base, Err: refused})
+		e := Event{Kind: EventCircuitRejected, Attempt: c.attempts + 1, Err: refused}
+		rt.r.eps[i].label(&e)
+		c.emit(e)
 	}
 	return nil, nil, 0, refused
 }

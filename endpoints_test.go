@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"maps"
 	"math/rand/v2"
@@ -419,4 +420,25 @@ func TestEndpointsByUpdate(t *testing.T) {
 	require.NoError(t, h.Update(Options{}))
 	_, body = routedGet(t, tr, own.URL)
 	assert.Equal(t, "own", body, "the request's own URL again")
+}
+
+// An endpoint's events name it by its host table's state (label): the
+// authority in its normal form, whatever the spelling of its URL.
+func TestEndpointLabelIsItsStatesHost(t *testing.T) {
+	rt, err := resolveEndpoints([]Endpoint{{URL: "HTTP://Orders.Example:80/v1/"}, {URL: "https://orders.example:443"}}, RouteOrdered, func(field string, value any, reason string) error {
+		return fmt.Errorf("%s %v %s", field, value, reason)
+	})
+	require.NoError(t, err)
+	h, err := NewHandler(Options{})
+	require.NoError(t, err)
+	for i, want := range []string{"http://orders.example", "https://orders.example"} {
+		ep := &rt.eps[i]
+		var e Event
+		ep.label(&e)
+		assert.Equal(t, want, e.Host)
+		s := h.hosts.get(&ep.url)
+		assert.Equal(t, s.host, e.Host)
+		h.hosts.release(s)
+	}
+	assert.Equal(t, "HTTP://Orders.Example:80/v1", rt.eps[0].base)
 }

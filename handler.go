@@ -22,7 +22,7 @@ type Handler struct {
 	hosts  *hostTable // a state per authority; nil without PerHost
 
 	budget   *budget.Budget // kept while RetryBudget.Disabled, so that Update can turn it on and off
-	timers   sync.Pool      // *timerSlot, reused from call to call
+	timers   timerSlots     // reused from call to call (deadline.go)
 	isolated atomic.Bool
 
 	fbStore *lruStore        // the built-in fallback store, bounded by the current Fallback.MaxBytes
@@ -46,7 +46,6 @@ func NewHandler(opts Options) (*Handler, error) {
 	h.latency.Start(epoch)
 	h.load.Start(epoch)
 	h.cfg.Store(cfg)
-	h.timers.New = newTimerSlot
 	h.fbStore = newLRUStore(cfg.Fallback.MaxBytes)
 	rb := cfg.RetryBudget
 	h.budget = budget.New(rb.MaxTokens, rb.TokenRatio, rb.RetrySuccessTokens)

@@ -346,7 +346,7 @@ func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFun
 		if o == overloadLoss && requestFault(sent, err) != nil {
 			o = overloadDropped
 		}
-		slot.release(o, time.Since(slot.at))
+		slot.release(o)
 	}
 	reporting(c).attemptEnded(n, start, delay, resp, err, cutBy, t.ep)
 	if c.cfg.Hedging.DelayPercentile > 0 && (cause == nil || cause == ErrAttemptTimeout) {
@@ -359,7 +359,7 @@ func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFun
 		}
 		e := Event{Kind: EventAttemptTimeout, Attempt: n, Err: ErrAttemptTimeout}
 		if t.ep != nil {
-			e.Endpoint, e.Host = t.ep.base, s.host
+			t.ep.label(&e)
 		}
 		c.emit(e)
 		sending(c).judge(s, n == 1, rb, nil, ErrAttemptTimeout)

@@ -38,18 +38,18 @@ func TestOverloadLimiterTriesUpToTheLimit(t *testing.T) {
 	assert.Equal(t, 3, oe.InFlight)
 	assert.Contains(t, err.Error(), "limit 3")
 
-	slots[0].release(overloadAnswered, time.Millisecond)
+	slots[0].end(overloadAnswered, time.Millisecond)
 	s, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err, "a released slot is free again")
-	s.release(overloadDropped, 0)
+	s.end(overloadDropped, 0)
 	for _, s := range slots[1:] {
-		s.release(overloadDropped, 0)
+		s.end(overloadDropped, 0)
 	}
 	st := l.stats()
 	assert.Equal(t, 0, st.InFlight)
 	assert.Equal(t, uint64(1), st.Refused)
 	assert.Equal(t, time.Millisecond, st.Latency)
-	overloadSlot{}.release(overloadAnswered, 0) // the zero slot holds nothing
+	overloadSlot{}.end(overloadAnswered, 0) // the zero slot holds nothing
 }
 
 func TestOverloadLimiterQueuesFirstAttemptsInOrder(t *testing.T) {
@@ -72,11 +72,11 @@ func TestOverloadLimiterQueuesFirstAttemptsInOrder(t *testing.T) {
 	_, err = l.acquire(context.Background(), time.Minute, time.Time{}, 1, time.Now())
 	require.ErrorIs(t, err, ErrOverloaded, "the queue holds MaxQueue")
 
-	held.release(overloadAnswered, time.Millisecond)
+	held.end(overloadAnswered, time.Millisecond)
 	assert.Equal(t, 0, <-got, "first come, first served")
-	(<-slots).release(overloadAnswered, time.Millisecond)
+	(<-slots).end(overloadAnswered, time.Millisecond)
 	assert.Equal(t, 1, <-got)
-	(<-slots).release(overloadAnswered, time.Millisecond)
+	(<-slots).end(overloadAnswered, time.Millisecond)
 	assert.Equal(t, 0, l.stats().InFlight)
 }
 
@@ -84,7 +84,7 @@ func TestOverloadLimiterWaitEnds(t *testing.T) {
 	l := newOverloadLimiter(testOverloadOptions(1, 1), time.Now)
 	held, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err)
-	defer held.release(overloadDropped, 0)
+	defer held.end(overloadDropped, 0)
 
 	_, err = l.acquire(context.Background(), time.Millisecond, time.Time{}, 1, time.Now())
 	var oe *OverloadError
@@ -114,46 +114,46 @@ func TestOverloadLossCapArithmetic(t *testing.T) {
 	assert.True(t, math.IsInf(l.lossCap, 1), "no loss, no cap")
 
 	l.lossRate = 1 // an upstream that has lost every recent attempt
-	slots[0].release(overloadLoss, 0)
+	slots[0].end(overloadLoss, 0)
 	assert.InDelta(t, 9*0.9, l.lossCap, 1e-9, "held at the 9 left in flight, then 0.9 of that: relative to what was in flight, not to the initial limit")
 	assert.Equal(t, 8, l.stats().Limit)
-	slots[1].release(overloadTimeout, 200*time.Millisecond)
+	slots[1].end(overloadTimeout, 200*time.Millisecond)
 	assert.InDelta(t, 8, l.lossCap, 1e-9, "held at the 8 left; no cut within the window")
 
 	clock.advance(lossWindow)
-	slots[2].release(overloadLoss, 0)
+	slots[2].end(overloadLoss, 0)
 	assert.InDelta(t, 7*0.9, l.lossCap, 1e-9, "held at 7, cut once the window passed")
 	for _, s := range slots[3:] {
-		s.release(overloadDropped, 0)
+		s.end(overloadDropped, 0)
 	}
 	for range 30 {
 		clock.advance(lossWindow)
 		s, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 		require.NoError(t, err)
-		s.release(overloadLoss, 0)
+		s.end(overloadLoss, 0)
 	}
 	assert.InDelta(t, 2, l.lossCap, 1e-9, "never under MinLimit")
 
 	s, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err)
-	s.release(overloadAnswered, time.Millisecond)
+	s.end(overloadAnswered, time.Millisecond)
 	assert.InDelta(t, 2+congestedGrowth/2, l.lossCap, 1e-9, "a quarter of 1/cap per success while losses are congestion")
 	l.lossRate = 0 // the losses have stopped
 	capBefore := l.lossCap
 	s, err = l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err)
-	s.release(overloadAnswered, time.Millisecond)
+	s.end(overloadAnswered, time.Millisecond)
 	assert.InDelta(t, capBefore+1/capBefore, l.lossCap, 1e-9, "+1/cap per success otherwise")
 	for l.lossCap < 100 {
 		s, _ := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
-		s.release(overloadAnswered, time.Millisecond)
+		s.end(overloadAnswered, time.Millisecond)
 	}
 	assert.True(t, math.IsInf(l.lossCap, 1), "lifted once over MaxLimit")
 
 	before := l.lossCap
 	clock.advance(lossWindow)
 	s, _ = l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
-	s.release(overloadDropped, 0)
+	s.end(overloadDropped, 0)
 	assert.Equal(t, before, l.lossCap, "a dropped attempt says nothing")
 }
 
@@ -176,7 +176,7 @@ func TestOverloadStateChangesOnce(t *testing.T) {
 	assert.True(t, now)
 	assert.False(t, changed, "one change, however many refusals")
 
-	held.release(overloadAnswered, time.Millisecond)
+	held.end(overloadAnswered, time.Millisecond)
 	clock.advance(quietAfter)
 	now, changed = l.overloaded()
 	assert.False(t, now)
@@ -270,9 +270,9 @@ func feedAt(t *testing.T, l *overloadLimiter, clock *testClock, n, k, every int)
 		s := l.slot(l.takeLocked(), time.Now())
 		l.mu.Unlock()
 		if i%every == 0 {
-			s.release(overloadLoss, 0)
+			s.end(overloadLoss, 0)
 		} else {
-			s.release(overloadAnswered, time.Millisecond)
+			s.end(overloadAnswered, time.Millisecond)
 		}
 		l.mu.Lock()
 		l.inflight -= k - 1

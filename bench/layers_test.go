@@ -40,18 +40,7 @@ var layers = []struct {
 // costs, together with the stack itself), each layer alone on top of that,
 // and the defaults. A layer's own cost is its row minus "off".
 func BenchmarkOverheadLayers(b *testing.B) {
-	run := func(b *testing.B, c *http.Client) {
-		req, err := http.NewRequest(http.MethodGet, "http://upstream.invalid/items", nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := do(c, req); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	run := sequential
 	handler := func(b *testing.B, o resilience.Options) *http.Client {
 		t, err := resilience.NewTransport(memBase{}, o)
 		if err != nil {
