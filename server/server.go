@@ -5,9 +5,9 @@
 // budget is spent or too small to be useful, and retried requests first
 // when too large a share of what it serves is retries or when it has too
 // many requests in flight. A refused retry, and a refused request whose
-// budget is spent, carry the pushback "do not retry". The client half, in
-// package resilience, sends the headers; docs/deadline-contract.md
-// describes both.
+// budget is spent, carry the pushback "do not retry". Sending the headers
+// is the client half's part, in package resilience;
+// docs/deadline-contract.md describes both.
 //
 // A budget header that is absent or malformed (several values, empty, a
 // sign, a space, anything but 1 to 19 ASCII digits) is ignored: the request
