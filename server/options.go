@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/resilienthttp/resilience/internal/contract"
+	"github.com/resilienthttp/resilience/internal/headers"
 )
 
 // Headers names the fields of the contract. Budget and Attempt are read
@@ -95,7 +95,7 @@ func (o Options) resolve() (Options, error) {
 		if *f.v == "" {
 			*f.v = f.def
 		}
-		if !validName(*f.v) {
+		if !headers.ValidName(*f.v) {
 			return o, invalid(f.name, fmt.Sprintf("%q", *f.v), "not a header field name (an RFC 9110 token)")
 		}
 		*f.v = http.CanonicalHeaderKey(*f.v)
@@ -127,19 +127,4 @@ func (o Options) resolve() (Options, error) {
 		return o, invalid("MaxConcurrent", o.MaxConcurrent, "want zero (no limit) or more")
 	}
 	return o, nil
-}
-
-// validName reports whether s is an RFC 9110 token, as a field name must
-// be (internal/headers.ValidName, which this package does not import).
-func validName(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return s != ""
 }
