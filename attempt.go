@@ -138,12 +138,16 @@ func (c sending) cancelable() bool {
 // would be the caller's request field for field, and no endpoint will
 // retarget it, it is the caller's request.
 func (c sending) attemptRequest(ctx context.Context, n int, delay time.Duration, ep *endpoint, body io.ReadCloser, getBody func() (io.ReadCloser, error)) (*http.Request, *httpbody.Sent) {
+	stamped := c.cfg.Propagation.Enabled
 	if c.cfg.observed() {
 		ctx = &attemptContext{Context: ctx, c: c.call, n: n, delay: delay, ep: ep}
-	} else if ctx == c.req.Context() && body == nil && getBody == nil && c.req.Body == nil && c.req.GetBody == nil && ep == nil {
+	} else if ctx == c.req.Context() && body == nil && getBody == nil && c.req.Body == nil && c.req.GetBody == nil && ep == nil && !stamped {
 		return c.req, nil // nothing of the caller's request would change: send it as it is
 	}
 	r := c.req.WithContext(ctx)
+	if stamped {
+		c.stamp(r, n)
+	}
 	if body == nil || body == http.NoBody {
 		r.Body, r.GetBody = body, getBody
 		return r, nil
@@ -194,6 +198,11 @@ func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.R
 	if c.keyed {
 		retryable = keyedVerdict(resp, retryable, cfg.Retry.ShouldRetry != nil)
 	}
+	_, stop, _ := c.pushback(resp)
+	if stop {
+		retryable = false // the server's word: whatever the rules say, not again
+		c.emit(Event{Kind: EventPushback, StatusCode: resp.StatusCode})
+	}
 	if s.circuit.Enabled() {
 		failed := transient
 		if f := cfg.CircuitBreaker.ShouldHandle; f != nil {
@@ -205,7 +214,11 @@ func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.R
 			s.circuit.RecordSuccess()
 		}
 	}
-	if rb != nil {
+	switch {
+	case rb == nil:
+	case stop:
+		rb.Pushback(first)
+	default:
 		rb.Record(first, retryable)
 	}
 	return retryable

@@ -4,13 +4,11 @@ import (
 	"context"
 )
 
-// AttemptFromContext reports which attempt of a call ctx belongs to: for
-// the context of a request a Handler with OnEvent or Logger set sends to its
-// base RoundTripper (or one made from it), an Event of kind EventAttempt as
-// the attempt is about to be sent, with Duration, StatusCode and Err zero.
-// It is how a base tells a call's attempts apart, as otelresilience does to
-// give each one a client span. For any other context, ok is false: a
-// handler without observers pays nothing for it.
+// AttemptFromContext reports which attempt of a call ctx belongs to, for the
+// context of an attempt's request a Handler with OnEvent or Logger sends: an
+// EventAttempt as it is about to be sent, with Duration, StatusCode and Err
+// zero; otelresilience gives each attempt a client span by it. For any other
+// context, ok is false.
 func AttemptFromContext(ctx context.Context) (e Event, ok bool) {
 	a, ok := ctx.Value(attemptKey{}).(*attemptContext)
 	if !ok {

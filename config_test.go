@@ -228,7 +228,7 @@ func TestLoadConfigWrittenZero(t *testing.T) {
 	nonNumeric := map[string]bool{
 		"rateLimit": true, "overload": true, "retry": true, "circuitBreaker": true, "retryBudget": true, "hedging": true, "perHost": true, "logLevels": true,
 		"fallback": true, "header": true, "onTransient": true, "shareCredentialed": true,
-		"routing": true, "endpoints": true,
+		"routing": true, "endpoints": true, "propagation": true, "headers": true,
 		"disabled": true, "enabled": true, "wait": true, "hedge": true, "idempotency": true, "backoff": true, "noJitter": true, "methods": true, "excludeMethods": true, "ignoreRetryAfter": true,
 		"ignoreServerQuota": true, "pauseOn429": true,
 	}

@@ -37,6 +37,7 @@ const (
 	EventOverloadEnded                            // it has refused nothing for a second
 	EventBudgetExhausted                          // the retry budget began refusing (Err: why)
 	EventBudgetRecovered                          // half its tokens are unclaimed again
+	EventPushback                                 // the upstream said not to retry (Propagation)
 )
 
 var eventKindNames = [...]string{
@@ -61,6 +62,7 @@ var eventKindNames = [...]string{
 	EventOverloadEnded:       "overload_ended",
 	EventBudgetExhausted:     "budget_exhausted",
 	EventBudgetRecovered:     "budget_recovered",
+	EventPushback:            "pushback",
 }
 
 func (k EventKind) String() string {
@@ -105,9 +107,8 @@ type Event struct {
 	// went to, or that was passed over, with Endpoints.
 	Endpoint string
 
-	// Context is the context of the request the event is about, so that
-	// the event can be tied to the caller's trace; nil for an event about
-	// no one call, such as the circuit closing.
+	// Context is the request's, to tie the event to the caller's trace;
+	// nil for an event about no one call, such as the circuit closing.
 	Context context.Context
 
 	req *http.Request // the caller's request, for URL
@@ -129,7 +130,7 @@ func (e Event) URL() string {
 // Options.LogLevels says otherwise.
 func (k EventKind) defaultLevel() slog.Level {
 	switch k {
-	case EventRetry, EventBudgetExceeded, EventFallback, EventSharedRateFallback, EventOverloaded, EventBudgetExhausted:
+	case EventRetry, EventBudgetExceeded, EventFallback, EventSharedRateFallback, EventOverloaded, EventBudgetExhausted, EventPushback:
 		return slog.LevelWarn
 	case EventCircuitClosed, EventCircuitHalfOpened, EventHedge, EventHedgeCapped, EventSharedRateRecovered, EventOverloadEnded, EventBudgetRecovered:
 		return slog.LevelInfo

@@ -407,14 +407,14 @@ func TestEventsLogLevelsOverride(t *testing.T) {
 }
 
 func TestEventKindText(t *testing.T) {
-	for k := EventRetry; k <= EventBudgetRecovered; k++ {
+	for k := EventRetry; k <= EventPushback; k++ {
 		b, err := k.MarshalText()
 		require.NoError(t, err)
 		var back EventKind
 		require.NoError(t, back.UnmarshalText(b))
 		assert.Equal(t, k, back)
 	}
-	assert.Equal(t, "unknown", (EventBudgetRecovered + 1).String(), "the last kind is the last named")
+	assert.Equal(t, "unknown", (EventPushback + 1).String(), "the last kind is the last named")
 	var k EventKind
 	assert.Error(t, k.UnmarshalText([]byte("retries")))
 	_, err := EventKind(0).MarshalText()

@@ -102,8 +102,8 @@ func (s CircuitState) String() string {
 	return "unknown"
 }
 
-// CircuitState reports the state of the handler's circuit, with PerHost the
-// least healthy host's. Past BreakDuration, an open circuit is half-open.
+// CircuitState reports the state of the handler's circuit, the least healthy
+// host's or endpoint's. Past BreakDuration, an open circuit is half-open.
 func (h *Handler) CircuitState() CircuitState {
 	if h.isolated.Load() {
 		return CircuitIsolated
@@ -126,8 +126,9 @@ func (h *Handler) states() []*hostState {
 	return states
 }
 
-// HostCircuitStates reports the circuit state of every host the handler
-// keeps, by authority (scheme://host:port), or nil without PerHost.
+// HostCircuitStates reports the circuit state of every host or endpoint the
+// handler keeps, by authority (scheme://host:port); nil when it keeps none
+// and PerHost is off.
 func (h *Handler) HostCircuitStates() map[string]CircuitState {
 	hosts := h.hosts.all()
 	if len(hosts) == 0 && h.shared != nil {

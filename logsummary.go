@@ -32,7 +32,7 @@ const logSummaryInterval = 10 * time.Second
 func (k EventKind) summarised() bool {
 	switch k {
 	case EventRetry, EventAttemptTimeout, EventTotalTimeout, EventCircuitRejected, EventRateLimited,
-		EventBudgetExceeded, EventOverloadShed, EventHedge, EventHedgeCapped, EventFallback:
+		EventBudgetExceeded, EventOverloadShed, EventHedge, EventHedgeCapped, EventFallback, EventPushback:
 		return true
 	}
 	return false

@@ -40,7 +40,8 @@ type Options struct {
 	// at most TotalTimeout. Default 10s; negative turns it off.
 	AttemptTimeout time.Duration
 
-	PerHost PerHostOptions // per-host isolation, off by default
+	PerHost     PerHostOptions     // per-host isolation, off by default
+	Propagation PropagationOptions // the budget sent with each attempt, off by default
 
 	// Endpoints, if set, are the base URLs of the attempts: retries and
 	// hedges go to the next as Routing says, and each has a circuit breaker
@@ -133,6 +134,9 @@ func resolve(o Options) (*config, error) {
 	if err := resolvePerHost(&o.PerHost, bad); err != nil {
 		return nil, err
 	}
+	if err := resolvePropagation(&o.Propagation, bad); err != nil {
+		return nil, err
+	}
 
 	for k := range o.LogLevels {
 		if k.String() == "unknown" {
@@ -177,6 +181,7 @@ var optionFields = fieldSet[Options]{
 	"retry":          objectField(retryFields, func(o *Options) *RetryOptions { return &o.Retry }),
 	"circuitBreaker": objectField(circuitBreakerFields, func(o *Options) *CircuitBreakerOptions { return &o.CircuitBreaker }),
 	"perHost":        objectField(perHostFields, func(o *Options) *PerHostOptions { return &o.PerHost }),
+	"propagation":    objectField(propagationFields, func(o *Options) *PropagationOptions { return &o.Propagation }),
 	"retryBudget":    objectField(retryBudgetFields, func(o *Options) *RetryBudgetOptions { return &o.RetryBudget }),
 	"hedging":        objectField(hedgingFields, func(o *Options) *HedgingOptions { return &o.Hedging }),
 	"endpoints":      endpointsField,

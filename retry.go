@@ -127,6 +127,9 @@ func (c retryLoop) nextDelay(n int, resp *http.Response, err error, elsewhere bo
 		if !ok && c.keyed {
 			d, ok = conflictRetryAfter(resp, now)
 		}
+		if p, stop, pok := c.pushback(resp); pok && !stop && (!ok || p > d) {
+			d, ok = p, true // the contract's pushback, where it asks for longer
+		}
 		if ok {
 			if r.MaxRetryAfter > 0 && d > r.MaxRetryAfter {
 				return 0, false

@@ -73,6 +73,15 @@ func (r *rig) collect(t *testing.T) map[string]metricdata.Metrics {
 	return out
 }
 
+// points returns the points of a sum's or a gauge's data points.
+func points(dps []metricdata.DataPoint[int64]) []point {
+	var ps []point
+	for _, dp := range dps {
+		ps = append(ps, point{attrsOf(dp.Attributes), dp.Value})
+	}
+	return ps
+}
+
 // events returns the points of resilience.events.
 func (r *rig) events(t *testing.T) []point {
 	t.Helper()
@@ -84,11 +93,7 @@ func (r *rig) events(t *testing.T) []point {
 	require.True(t, ok, "resilience.events is a Sum[int64], not %T", m.Data)
 	require.True(t, sum.IsMonotonic)
 	require.Equal(t, "{event}", m.Unit)
-	var ps []point
-	for _, dp := range sum.DataPoints {
-		ps = append(ps, point{attrsOf(dp.Attributes), dp.Value})
-	}
-	return ps
+	return points(sum.DataPoints)
 }
 
 // histogram returns the points of a duration histogram, each valued with

@@ -28,6 +28,11 @@
 //     gives it: "retry", "circuit_opened", ...), and, when the event has
 //     them, http.request.method, http.response.status_code, error.type and
 //     the host attributes.
+//   - resilience.server.refusals (Int64Counter, unit {request}): one per
+//     request package server refused, through OnServerEvent. Attributes:
+//     resilience.server.event (server.EventKind.String: "expired",
+//     "retry_refused", "overloaded") and resilience.retry (whether the
+//     request was a retry).
 //   - resilience.attempt.duration (Float64Histogram, unit s): one per
 //     attempt (EventAttempt), from sending it until its response headers
 //     or its error. Attributes: resilience.handler, resilience.attempt (the
@@ -217,6 +222,7 @@ type Metrics struct {
 	calls    metric.Float64Histogram
 	state    metric.Int64ObservableGauge
 	limit    metric.Int64ObservableGauge // the overload limiter's limit
+	refusals metric.Int64Counter         // the server half's (OnServerEvent)
 
 	eventSets   setCache
 	attemptSets setCache
@@ -273,7 +279,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	if m.propagators == nil {
 		m.propagators = otel.GetTextMapPropagator()
 	}
-	var errs [5]error
+	var errs [6]error
 	m.events, errs[0] = meter.Int64Counter("resilience.events",
 		metric.WithUnit("{event}"),
 		metric.WithDescription("Events of resilience handlers: retries, timeouts, circuit transitions and rejections."))
@@ -291,6 +297,9 @@ func New(mp metric.MeterProvider, opts ...Option) (*Metrics, error) {
 	m.limit, errs[4] = meter.Int64ObservableGauge("resilience.overload.limit",
 		metric.WithUnit("{attempt}"),
 		metric.WithDescription("Attempts in flight the overload limiter of a resilience handler allows its upstream now."))
+	m.refusals, errs[5] = meter.Int64Counter("resilience.server.refusals",
+		metric.WithUnit("{request}"),
+		metric.WithDescription("Requests the server half of the deadline contract refused before any work: spent budgets, retries over their share, overload."))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("otelresilience: creating instruments: %w", err)
 	}

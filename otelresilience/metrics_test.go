@@ -581,9 +581,5 @@ func TestOverloadLimitGauge(t *testing.T) {
 	require.True(t, ok)
 	g, ok := m.Data.(metricdata.Gauge[int64])
 	require.True(t, ok)
-	var ps []point
-	for _, dp := range g.DataPoints {
-		ps = append(ps, point{attrsOf(dp.Attributes), dp.Value})
-	}
-	assert.Equal(t, []point{{attrs{"resilience.handler": "on"}, 5}}, ps)
+	assert.Equal(t, []point{{attrs{"resilience.handler": "on"}, 5}}, points(g.DataPoints))
 }

@@ -368,6 +368,8 @@ func (m *Metrics) trace(e *resilience.Event, k setKey) {
 			keyDelay.Float64(e.Delay.Seconds()))...))
 	case resilience.EventHedgeCapped:
 		parent.AddEvent("resilience.hedge_capped", trace.WithAttributes(base[:]...))
+	case resilience.EventPushback:
+		parent.AddEvent("resilience.pushback", trace.WithAttributes(appendResult(base[:], k)...))
 	case resilience.EventCall:
 		kv := append(base[:], keyOutcome.String(outcome(k, true)))
 		parent.AddEvent("resilience.call", trace.WithAttributes(appendResult(kv, k)...))

@@ -3,11 +3,9 @@ package server
 import (
 	"fmt"
 	"math"
-	"net/http"
 	"time"
 
 	"github.com/resilienthttp/resilience/internal/contract"
-	"github.com/resilienthttp/resilience/internal/headers"
 )
 
 // Headers names the fields of the contract. Budget and Attempt are read
@@ -82,27 +80,11 @@ func invalid(field string, value any, reason string) error {
 
 // resolve checks o and fills in its defaults.
 func (o Options) resolve() (Options, error) {
-	def := DefaultHeaders()
-	for _, f := range []struct {
-		name string
-		v    *string
-		def  string
-	}{
-		{"Headers.Budget", &o.Headers.Budget, def.Budget},
-		{"Headers.Attempt", &o.Headers.Attempt, def.Attempt},
-		{"Headers.Pushback", &o.Headers.Pushback, def.Pushback},
-	} {
-		if *f.v == "" {
-			*f.v = f.def
-		}
-		if !headers.ValidName(*f.v) {
-			return o, invalid(f.name, fmt.Sprintf("%q", *f.v), "not a header field name (an RFC 9110 token)")
-		}
-		*f.v = http.CanonicalHeaderKey(*f.v)
+	names := contract.Names(o.Headers)
+	if field, value, reason := names.Resolve(); field != "" {
+		return o, invalid("Headers."+field, fmt.Sprintf("%q", value), reason)
 	}
-	if o.Headers.Attempt == o.Headers.Budget {
-		return o, invalid("Headers.Attempt", o.Headers.Attempt, "the same field as Headers.Budget")
-	}
+	o.Headers = Headers(names)
 	switch {
 	case o.MinBudget == 0:
 		o.MinBudget = defaultMinBudget

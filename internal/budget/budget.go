@@ -180,6 +180,18 @@ func (b *Budget) Record(first, failed bool) {
 	}
 }
 
+// Pushback accounts for an attempt a server answered "do not retry" (the
+// first of its call or a later one, which settles its claim): it costs a
+// token, as a failed retry does, whichever attempt it answers, so that an
+// upstream that pushes back drains the budget of every caller's retries.
+func (b *Budget) Pushback(first bool) {
+	if !first {
+		b.inflight.Add(-1)
+	}
+	defer b.recovered()
+	b.add(-1000)
+}
+
 // add moves the bucket by d thousandths, within [0, max]; free while the
 // bucket is full and d puts back.
 func (b *Budget) add(d int64) {

@@ -252,3 +252,21 @@ func TestRecoveredNeedsAToken(t *testing.T) {
 	b.Set(4, 0.5, 4)
 	assert.Equal(t, "recovered", c.all()[1], "2 tokens of 4")
 }
+
+func TestPushbackCostsAToken(t *testing.T) {
+	b := New(3, 0.1, 4)
+	var changes []bool
+	b.OnChange = func(exhausted bool, _ error) { changes = append(changes, exhausted) }
+	b.Pushback(true)
+	assert.Equal(t, 2.0, b.Level(), "a first attempt pushed back costs a token, where its failure costs none")
+	assert.Zero(t, b.InFlight())
+	require.True(t, b.claim())
+	b.Pushback(false)
+	assert.Equal(t, 1.0, b.Level(), "a retry pushed back costs a token, as its failure does")
+	assert.Zero(t, b.InFlight(), "and settles its claim")
+	b.Pushback(true)
+	b.Pushback(true)
+	assert.Equal(t, 0.0, b.Level(), "never below empty")
+	assert.False(t, b.claim())
+	assert.Equal(t, []bool{true}, changes)
+}

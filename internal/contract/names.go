@@ -1,0 +1,40 @@
+package contract
+
+import (
+	"net/http"
+
+	"github.com/resilienthttp/resilience/internal/headers"
+)
+
+// Names are the contract's three field names, as both halves configure
+// them: the client's resilience.PropagationOptions and package server's
+// Options, whose Headers type converts to Names.
+type Names struct{ Budget, Attempt, Pushback string }
+
+// Resolve gives each empty name its neutral default, checks that each is a
+// field name, and puts each in canonical form, as net/http keys a Header.
+// A bad name is reported by the field that holds it ("Budget", "Attempt"
+// or "Pushback") and why; field is empty when every name is good.
+func (n *Names) Resolve() (field, value, reason string) {
+	for _, f := range []struct {
+		name string
+		v    *string
+		def  string
+	}{
+		{"Budget", &n.Budget, BudgetHeader},
+		{"Attempt", &n.Attempt, AttemptHeader},
+		{"Pushback", &n.Pushback, PushbackHeader},
+	} {
+		if *f.v == "" {
+			*f.v = f.def
+		}
+		if !headers.ValidName(*f.v) {
+			return f.name, *f.v, "not a header field name (an RFC 9110 token)"
+		}
+		*f.v = http.CanonicalHeaderKey(*f.v)
+	}
+	if n.Attempt == n.Budget {
+		return "Attempt", n.Attempt, "the same field as Budget"
+	}
+	return "", "", ""
+}
