@@ -98,9 +98,10 @@ func (s *timerSlot) serve(c *call) {
 	s.mu.Unlock()
 }
 
-// arm makes the timer fire no later than at.
-func (s *timerSlot) arm(at, now time.Time) {
+// arm makes the timer fire for c no later than at.
+func (s *timerSlot) arm(c *call, at, now time.Time) {
 	s.mu.Lock()
+	s.c = c
 	if s.due.IsZero() || at.Before(s.due) {
 		s.due = at
 		s.t.Reset(at.Sub(now))
@@ -150,9 +151,8 @@ func (c *call) armLocked(t time.Time, cause error, now time.Time) {
 	c.armedAt, c.armedCause = t, cause
 	if c.timer == nil {
 		c.timer = c.h.timers.get()
-		c.timer.serve(c)
 	}
-	c.timer.arm(t, now)
+	c.timer.arm(c, t, now)
 }
 
 // releaseTimerLocked gives the timer back to the handler's pool, still
@@ -176,7 +176,7 @@ func (c *call) fire() {
 	}
 	if now.Before(c.armedAt) {
 		// A firing for an earlier deadline: the call's own is still ahead.
-		c.timer.arm(c.armedAt, now)
+		c.timer.arm(c, c.armedAt, now)
 		c.mu.Unlock()
 		return
 	}

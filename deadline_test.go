@@ -58,7 +58,7 @@ func TestTimerSlotsBounded(t *testing.T) {
 	slots := make([]*timerSlot, maxFreeTimers+1)
 	for i := range slots {
 		slots[i] = p.get()
-		slots[i].arm(time.Now().Add(time.Hour), time.Now())
+		slots[i].arm(nil, time.Now().Add(time.Hour), time.Now())
 	}
 	for _, s := range slots {
 		p.put(s)
