@@ -201,10 +201,10 @@ type chainCall struct {
 }
 
 type chainResult struct {
-	variant, fault string
-	calls          []chainCall
-	arrivals       map[int64]int
-	services       []chainService
+	variant  string
+	calls    []chainCall
+	arrivals map[int64]int
+	services []chainService
 }
 
 func runChain(tb testing.TB, v chainVariant, slow float64, seed uint64, runFor time.Duration) chainResult {

@@ -1,0 +1,78 @@
+package bench
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
+	"github.com/failsafe-go/failsafe-go/bulkhead"
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+)
+
+// BenchmarkPrimitives prices, one at a time, what the standard handler's
+// success path is built from and cannot do without: failsafe-go's
+// primitives as the handler configures them (the adaptive limiter's permit,
+// the breaker's success in a time-based window, the bulkhead's permit), a
+// clock read, an uncontended mutex, and the copy of the request an
+// attempt's own context takes. Their sum is the floor under the handler's
+// added time (issue 20's success-path target; bench/README.md).
+func BenchmarkPrimitives(b *testing.B) {
+	b.Run("op=adaptivelimiter", func(b *testing.B) {
+		l := adaptivelimiter.NewBuilder[any]().WithLimits(8, 1000, 20).Build()
+		b.ReportAllocs()
+		for b.Loop() {
+			p, ok := l.TryAcquirePermit()
+			if !ok {
+				b.Fatal("full")
+			}
+			p.Record()
+		}
+	})
+	b.Run("op=breaker", func(b *testing.B) {
+		cb := circuitbreaker.NewBuilder[any]().WithFailureRateThreshold(0.9, 100, 30*time.Second).
+			WithDelay(time.Second).WithSuccessThreshold(1).Build()
+		b.ReportAllocs()
+		for b.Loop() {
+			if !cb.TryAcquirePermit() {
+				b.Fatal("open")
+			}
+			cb.RecordSuccess()
+		}
+	})
+	b.Run("op=bulkhead", func(b *testing.B) {
+		bh := bulkhead.New[any](1000)
+		b.ReportAllocs()
+		for b.Loop() {
+			if !bh.TryAcquirePermit() {
+				b.Fatal("full")
+			}
+			bh.ReleasePermit()
+		}
+	})
+	b.Run("op=time.Now", func(b *testing.B) {
+		for b.Loop() {
+			_ = time.Now()
+		}
+	})
+	b.Run("op=mutex", func(b *testing.B) {
+		var mu sync.Mutex
+		for b.Loop() {
+			mu.Lock()
+			//lint:ignore SA2001 the lock itself is what is priced
+			mu.Unlock()
+		}
+	})
+	b.Run("op=request-copy", func(b *testing.B) {
+		req, err := http.NewRequest(http.MethodGet, "http://upstream.invalid/items", nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := req.Context()
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = req.WithContext(ctx)
+		}
+	})
+}
