@@ -146,7 +146,8 @@ func (c sending) attemptRequest(ctx context.Context, n int, delay time.Duration,
 	}
 	r := c.req.WithContext(ctx)
 	if stamped {
-		c.stamp(r, n)
+		budget, ok := c.attemptBudget(time.Now())
+		r.Header = stamp(c.req.Header, c.cfg.Propagation.Headers, n, budget, ok)
 	}
 	if body == nil || body == http.NoBody {
 		r.Body, r.GetBody = body, getBody
@@ -198,7 +199,7 @@ func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.R
 	if c.keyed {
 		retryable = keyedVerdict(resp, retryable, cfg.Retry.ShouldRetry != nil)
 	}
-	_, stop, _ := c.pushback(resp)
+	_, stop, _ := pushbackOf(resp, cfg.Propagation)
 	if stop {
 		retryable = false // the server's word: whatever the rules say, not again
 		c.emit(Event{Kind: EventPushback, StatusCode: resp.StatusCode})

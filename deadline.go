@@ -57,7 +57,7 @@ type timerSlots struct {
 // beyond it is stopped and left to the collector.
 const maxFreeTimers = 1024
 
-func (p *timerSlots) get() *timerSlot {
+func (p *timerSlots) lend() *timerSlot {
 	p.mu.Lock()
 	if n := len(p.free); n > 0 {
 		s := p.free[n-1]
@@ -70,7 +70,7 @@ func (p *timerSlots) get() *timerSlot {
 	return newTimerSlot()
 }
 
-func (p *timerSlots) put(s *timerSlot) {
+func (p *timerSlots) recycle(s *timerSlot) {
 	p.mu.Lock()
 	if len(p.free) < maxFreeTimers {
 		p.free = append(p.free, s)
@@ -150,7 +150,7 @@ func (c *call) armLocked(t time.Time, cause error, now time.Time) {
 	}
 	c.armedAt, c.armedCause = t, cause
 	if c.timer == nil {
-		c.timer = c.h.timers.get()
+		c.timer = c.h.timers.lend()
 	}
 	c.timer.arm(c, t, now)
 }
@@ -160,7 +160,7 @@ func (c *call) armLocked(t time.Time, cause error, now time.Time) {
 func (c *call) releaseTimerLocked() {
 	if c.timer != nil {
 		c.timer.serve(nil)
-		c.h.timers.put(c.timer)
+		c.h.timers.recycle(c.timer)
 		c.timer = nil
 	}
 	c.armedCause = nil
@@ -193,6 +193,23 @@ func (c *call) fire() {
 	if expire {
 		deliveredBody{c}.expire()
 	}
+}
+
+// attemptBudget is how long an attempt sent at now may take, as the
+// deadline contract sends it: until the earliest of its attempt deadline,
+// the total deadline and the request context's, or false when none
+// applies.
+func (c *call) attemptBudget(now time.Time) (time.Duration, bool) {
+	at := c.deadline()
+	if d := c.attemptLimit; d > 0 {
+		if a := now.Add(d); at.IsZero() || a.Before(at) {
+			at = a
+		}
+	}
+	if at.IsZero() {
+		return 0, false
+	}
+	return max(0, at.Sub(now)), true
 }
 
 // deadline is when the call must be over: the earlier of the total

@@ -57,14 +57,14 @@ func TestTimerSlotsBounded(t *testing.T) {
 	var p timerSlots
 	slots := make([]*timerSlot, maxFreeTimers+1)
 	for i := range slots {
-		slots[i] = p.get()
+		slots[i] = p.lend()
 		slots[i].arm(nil, time.Now().Add(time.Hour), time.Now())
 	}
 	for _, s := range slots {
-		p.put(s)
+		p.recycle(s)
 	}
 	assert.Len(t, p.free, maxFreeTimers)
 	assert.False(t, slots[maxFreeTimers].t.Stop(), "the slot dropped was stopped")
 	assert.True(t, slots[0].t.Stop(), "a slot kept runs on")
-	assert.Same(t, slots[maxFreeTimers-1], p.get(), "last in, first out")
+	assert.Same(t, slots[maxFreeTimers-1], p.lend(), "last in, first out")
 }

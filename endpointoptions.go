@@ -47,9 +47,6 @@ type endpoint struct {
 	weight    int
 }
 
-// label names ep in e, as every event about an attempt sent to it does.
-func (ep *endpoint) label(e *Event) { e.Endpoint, e.Host = ep.base, ep.host }
-
 // A router is the endpoints of a handler's options, resolved.
 type router struct {
 	mode  Routing

@@ -190,6 +190,9 @@ func (c routing) admitRouted(rt *route) (ep *endpoint, s *hostState, probe uint6
 // one failed the call (endpointFault).
 var errEndpointsDropped = errors.New("resilience: every endpoint failed the call")
 
+// label names ep in e, as every event about an attempt sent to it does.
+func (ep *endpoint) label(e *Event) { e.Endpoint, e.Host = ep.base, ep.host }
+
 // retarget points r, an attempt's request, at the endpoint: its URL is the
 // caller's with the scheme, the authority and the path prefix of the
 // endpoint, and its Host header follows, unless the caller set one of its

@@ -37,7 +37,7 @@ const (
 	EventOverloadEnded                            // it has refused nothing for a second
 	EventBudgetExhausted                          // the retry budget began refusing (Err: why)
 	EventBudgetRecovered                          // half its tokens are unclaimed again
-	EventPushback                                 // the upstream said not to retry (Propagation)
+	EventPushback                                 // the upstream said not to retry (PropagationOptions)
 )
 
 var eventKindNames = [...]string{

@@ -127,7 +127,7 @@ func (c retryLoop) nextDelay(n int, resp *http.Response, err error, elsewhere bo
 		if !ok && c.keyed {
 			d, ok = conflictRetryAfter(resp, now)
 		}
-		if p, stop, pok := c.pushback(resp); pok && !stop && (!ok || p > d) {
+		if p, stop, pok := pushbackOf(resp, c.cfg.Propagation); pok && !stop && (!ok || p > d) {
 			d, ok = p, true // the contract's pushback, where it asks for longer
 		}
 		if ok {

@@ -1,8 +1,8 @@
 // Package contract holds what the two halves of the deadline and retry
 // contract (docs/deadline-contract.md) share: the header names and the
 // codecs of their values. The client half writes a request's budget and
-// attempt number and reads a response's pushback; the server half (package
-// server) reads the first two and writes the third. Every value parsed
+// attempt number and reads a response's pushback; the server half reads the
+// first two and writes the third. Every value parsed
 // here is a peer's bytes: each parser takes exactly one field value of at
 // most MaxValueLength bytes and ASCII digits only, so that no input costs
 // more than a few comparisons and none can overflow.

@@ -6,9 +6,8 @@ import (
 	"github.com/resilienthttp/resilience/internal/headers"
 )
 
-// Names are the contract's three field names, as both halves configure
-// them: the client's resilience.PropagationOptions and package server's
-// Options, whose Headers type converts to Names.
+// Names are the contract's three field names, as each half is configured
+// with them.
 type Names struct{ Budget, Attempt, Pushback string }
 
 // Resolve gives each empty name its neutral default, checks that each is a
