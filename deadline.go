@@ -31,7 +31,7 @@ type timerSlot struct {
 	t *time.Timer
 
 	mu  sync.Mutex
-	c   *call     // the call it serves; nil while it is pooled
+	c   *call     // the call it serves; nil while it is free
 	due time.Time // when t fires; zero when it is stopped or has fired
 }
 
@@ -155,7 +155,7 @@ func (c *call) armLocked(t time.Time, cause error, now time.Time) {
 	c.timer.arm(c, t, now)
 }
 
-// releaseTimerLocked gives the timer back to the handler's pool, still
+// releaseTimerLocked gives the timer back to the handler's free slots, still
 // running if it is (timerSlot). c.mu must be held.
 func (c *call) releaseTimerLocked() {
 	if c.timer != nil {
