@@ -325,10 +325,14 @@ func (c sending) attemptAnswered(sentAt time.Time, resp *http.Response) {
 	q := &c.s.quota
 	if resp != nil {
 		h := resp.Header
-		if _, ok := c.base.(*http.Transport); !ok && headers.QuotaSpelledOtherwise(h) {
+		var has bool
+		if _, ok := c.base.(*http.Transport); ok {
+			has = headers.HasQuota(h)
+		} else if has, ok = headers.ScanQuota(h); ok {
 			h = headers.CanonicalClone(h) // net/http's canonicalizes what it reads; another may not
+			has = headers.HasQuota(h)
 		}
-		if resp.StatusCode == http.StatusTooManyRequests || headers.HasQuota(h) {
+		if resp.StatusCode == http.StatusTooManyRequests || has {
 			q.observe(resp, h, sentAt, time.Now(), c.cfg.maxServerWait(), c.cfg.RateLimit.PauseOn429)
 			return
 		}

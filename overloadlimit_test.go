@@ -306,3 +306,63 @@ func TestOverloadLossCapReadsLossAgainstConcurrency(t *testing.T) {
 	l.mu.Unlock()
 	assert.True(t, math.IsInf(l.lossCap, 1))
 }
+
+// Every successful attempt is a latency sample while the upstream answers
+// fewer than latencySamples a second; above that rate one in so many is,
+// about latencySamples a second, and the others still count in flight.
+func TestOverloadLimiterSamplesLatencyAtHighRates(t *testing.T) {
+	l := newOverloadLimiter(testOverloadOptions(1, 3), time.Now)
+	at := time.Unix(1_000_000, 0)
+	sampled := func(n int, over time.Duration) (k int) {
+		for i := range n {
+			l.mu.Lock()
+			if l.sampleLocked(at.Add(over * time.Duration(i) / time.Duration(n))) {
+				k++
+			}
+			l.mu.Unlock()
+		}
+		at = at.Add(over)
+		return k
+	}
+	assert.Equal(t, 100, sampled(100, time.Second), "100 a second: every one")
+	assert.Equal(t, 10_000, sampled(10_000, time.Second), "the stride follows the second before: 100 a second set 1")
+	got := sampled(10_000, time.Second)
+	assert.InDelta(t, latencyFloor+latencySamples, got, latencySamples/10, "10,000 a second: latencyFloor, then about latencySamples")
+	got = sampled(100, time.Second)
+	assert.GreaterOrEqual(t, got, latencyFloor, "the second after a fast one keeps latencyFloor at least")
+	assert.Less(t, got, 100, "thinned by the stride of the fast second")
+	assert.Equal(t, 100, sampled(100, time.Second), "and back to every one")
+
+	// Unsampled or not, every attempt holds a permit of the latency limiter
+	// while in flight.
+	m := l.latency.(interface{ Inflight() int })
+	var slots []overloadSlot
+	for range 3 {
+		s, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		require.NoError(t, err)
+		slots = append(slots, s)
+	}
+	assert.Equal(t, 3, m.Inflight())
+	for _, s := range slots {
+		s.release(overloadAnswered)
+	}
+	assert.Equal(t, 0, m.Inflight())
+}
+
+// The limit read on every attempt is the latency limiter's, kept by its
+// listener: once the limiter moves its limit (after 50 samples, here
+// down towards 5 times the one attempt ever in flight), the cached one
+// follows.
+func TestOverloadLimiterFollowsTheLatencyLimit(t *testing.T) {
+	l := newOverloadLimiter(OverloadOptions{MinLimit: 1, MaxLimit: 100, InitialLimit: 40, MaxQueue: 2, MaxQueueWait: time.Second}, time.Now)
+	assert.EqualValues(t, 40, l.latencyLimit.Load())
+	for range 60 {
+		s, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		require.NoError(t, err)
+		s.end(overloadAnswered, time.Millisecond)
+	}
+	require.NotEqual(t, 40, l.latency.Limit(), "the latency limiter moved its limit")
+	assert.EqualValues(t, l.latency.Limit(), l.latencyLimit.Load())
+	assert.False(t, l.limitMoved.Load())
+	assert.Equal(t, max(l.latency.Limit(), 1), l.stats().Limit)
+}

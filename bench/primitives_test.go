@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"net/http"
 	"sync"
 	"testing"
@@ -15,12 +16,15 @@ import (
 // attempt's are.
 var sinkRequest *http.Request
 
+// sinkContext does the same for op=attempt-context's contexts.
+var sinkContext context.Context
+
 // BenchmarkPrimitives prices, one at a time, what the standard handler's
 // success path is built from and cannot do without: failsafe-go's
 // primitives as the handler configures them (the adaptive limiter's permit,
 // the breaker's success in a time-based window, the bulkhead's permit), a
-// clock read, an uncontended mutex, and the copy of the request an
-// attempt's own context takes. Their sum is the floor under the handler's
+// clock read, an uncontended mutex, an attempt's own context and the copy
+// of the request that carries it. Their sum is the floor under the handler's
 // added time (issue 20's success-path target; bench/README.md).
 func BenchmarkPrimitives(b *testing.B) {
 	b.Run("op=adaptivelimiter", func(b *testing.B) {
@@ -32,6 +36,19 @@ func BenchmarkPrimitives(b *testing.B) {
 				b.Fatal("full")
 			}
 			p.Record()
+		}
+	})
+	b.Run("op=adaptivelimiter-unsampled", func(b *testing.B) {
+		// what an attempt the handler gives no latency sample pays: a
+		// permit, ended by Drop (overloadlimit.go, latencySamples)
+		l := adaptivelimiter.NewBuilder[any]().WithLimits(8, 1000, 20).Build()
+		b.ReportAllocs()
+		for b.Loop() {
+			p, ok := l.TryAcquirePermit()
+			if !ok {
+				b.Fatal("full")
+			}
+			p.Drop()
 		}
 	})
 	b.Run("op=breaker", func(b *testing.B) {
@@ -66,6 +83,16 @@ func BenchmarkPrimitives(b *testing.B) {
 			mu.Lock()
 			//lint:ignore SA2001 the lock itself is what is priced
 			mu.Unlock()
+		}
+	})
+	b.Run("op=attempt-context", func(b *testing.B) {
+		// the context an attempt under a deadline is sent on, and its end
+		parent := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx, cancel := context.WithCancelCause(parent)
+			sinkContext = ctx
+			cancel(nil)
 		}
 	})
 	b.Run("op=request-copy", func(b *testing.B) {

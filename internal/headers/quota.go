@@ -275,37 +275,44 @@ func readRateLimitDict(f string, h http.Header, now time.Time) (Quota, bool) {
 	return q, hasR
 }
 
-// QuotaSpelledOtherwise reports whether h names a field that
-// ReadQuota reads in another spelling than the canonical one, as a
-// base RoundTripper other than net/http's may ("ratelimit"). It compares
-// only names of the lengths of those fields: a response costs a pass over
-// its names and no allocation.
-func QuotaSpelledOtherwise(h http.Header) bool {
-	for k := range h {
-		var names []string
+// ScanQuota reports, in one pass over h's names, what HasQuota reports
+// (has), and whether h names a field that ReadQuota reads in another
+// spelling than the canonical one, as a base RoundTripper other than
+// net/http's may ("ratelimit"): then has is not to be trusted, and h needs
+// CanonicalClone. It compares only names of the lengths of those fields,
+// and allocates nothing: a base other than net/http's pays one pass where
+// it paid a pass and HasQuota's three lookups.
+func ScanQuota(h http.Header) (has, otherwise bool) {
+	for k, v := range h {
+		var a, b string // the fields of k's length
+		quota := false  // a is one HasQuota looks for
 		switch len(k) {
 		case len("Date"):
-			names = []string{"Date"}
+			a = "Date"
 		case len("Ratelimit"):
-			names = []string{"Ratelimit"}
-		case len("Ratelimit-Reset"): // and Ratelimit-Limit
-			names = []string{"Ratelimit-Reset", "Ratelimit-Limit"}
+			a, quota = "Ratelimit", true
+		case len("Ratelimit-Reset"):
+			a, b = "Ratelimit-Reset", "Ratelimit-Limit"
 		case len("Ratelimit-Policy"):
-			names = []string{"Ratelimit-Policy"}
-		case len("X-Ratelimit-Reset"): // and X-Ratelimit-Limit
-			names = []string{"X-Ratelimit-Reset", "X-Ratelimit-Limit"}
+			a = "Ratelimit-Policy"
+		case len("X-Ratelimit-Reset"):
+			a, b = "X-Ratelimit-Reset", "X-Ratelimit-Limit"
 		case len("Ratelimit-Remaining"):
-			names = []string{"Ratelimit-Remaining"}
+			a, quota = "Ratelimit-Remaining", true
 		case len("X-Ratelimit-Remaining"):
-			names = []string{"X-Ratelimit-Remaining"}
+			a, quota = "X-Ratelimit-Remaining", true
+		default:
+			continue
 		}
-		for _, n := range names {
-			if k != n && strings.EqualFold(k, n) {
-				return true
-			}
+		switch {
+		case k == a:
+			has = has || (quota && len(v) > 0)
+		case k == b:
+		case strings.EqualFold(k, a) || (b != "" && strings.EqualFold(k, b)):
+			return has, true
 		}
 	}
-	return false
+	return has, false
 }
 
 // HasQuota reports whether h may announce a quota, in the canonical

@@ -186,11 +186,24 @@ func FuzzReadQuota(f *testing.F) {
 	})
 }
 
-func TestQuotaSpelledOtherwise(t *testing.T) {
+func TestScanQuota(t *testing.T) {
 	for _, k := range []string{"ratelimit", "RateLimit", "ratelimit-policy", "RateLimit-Reset", "ratelimit-limit", "ratelimit-remaining", "x-ratelimit-remaining", "X-RateLimit-Reset", "x-ratelimit-limit", "date"} {
-		assert.True(t, QuotaSpelledOtherwise(http.Header{"Content-Type": {"x"}, k: {"1"}}), k)
+		_, otherwise := ScanQuota(http.Header{"Content-Type": {"x"}, k: {"1"}})
+		assert.True(t, otherwise, k)
 	}
 	h := http.Header{"Content-Type": {"x"}, "Ratelimit": {"a"}, "X-Ratelimit-Reset": {"1"}, "Date": {"d"}, "Vary": {"v"}, "etag": {"e"}}
-	assert.False(t, QuotaSpelledOtherwise(h), "canonical, or not a quota field")
-	assert.Zero(t, testing.AllocsPerRun(100, func() { QuotaSpelledOtherwise(h) }))
+	has, otherwise := ScanQuota(h)
+	assert.False(t, otherwise, "canonical, or not a quota field")
+	assert.True(t, has)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { ScanQuota(h) }))
+
+	// Over canonical names, has is HasQuota, field by field.
+	for _, k := range []string{"Ratelimit", "Ratelimit-Remaining", "X-Ratelimit-Remaining", "Ratelimit-Policy", "Ratelimit-Reset", "Ratelimit-Limit", "X-Ratelimit-Reset", "X-Ratelimit-Limit", "Date", "Content-Type"} {
+		for _, v := range [][]string{{"1"}, {}} {
+			h := http.Header{"Vary": {"v"}, k: v}
+			has, otherwise := ScanQuota(h)
+			assert.False(t, otherwise, k)
+			assert.Equal(t, HasQuota(h), has, "%s: %q", k, v)
+		}
+	}
 }
