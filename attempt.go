@@ -325,10 +325,10 @@ func (c sending) attemptAnswered(sentAt time.Time, resp *http.Response) {
 	q := &c.s.quota
 	if resp != nil {
 		h := resp.Header
-		var has bool
+		var has, otherwise bool
 		if _, ok := c.base.(*http.Transport); ok {
 			has = headers.HasQuota(h)
-		} else if has, ok = headers.ScanQuota(h); ok {
+		} else if has, otherwise = headers.ScanQuota(h); otherwise {
 			h = headers.CanonicalClone(h) // net/http's canonicalizes what it reads; another may not
 			has = headers.HasQuota(h)
 		}
