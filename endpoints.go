@@ -28,6 +28,7 @@ type route struct {
 	tried   uint32 // the endpoints the call has sent to or found refusing, by index
 	dropped uint32 // the endpoints that failed the call in a way no retry on them mends (endpointFault)
 	sent    uint32 // the endpoints attempts of the call ended on (ended)
+	paused  uint32 // the endpoints a hedge waits for (hedgePauses): passed over while another is open
 	next    int    // RouteOrdered: the index of the next attempt's endpoint
 	last    int    // the endpoint of the latest attempt sent
 	drawn   int    // 1 + the endpoint ahead drew for the next pick; 0 for none
@@ -62,6 +63,9 @@ func (rt *route) draw(h *Handler) int {
 	open := (uint32(1)<<n - 1) &^ rt.dropped
 	if open == 0 {
 		return -1
+	}
+	if o := open &^ rt.paused; o != 0 {
+		open = o
 	}
 	if rt.r.mode == RouteOrdered {
 		for {
@@ -135,10 +139,15 @@ func undelivered(err error) bool {
 func (rt *route) ended(i int, err error) {
 	rt.sent |= 1 << i
 	if endpointFault(err) {
-		rt.dropped |= 1 << i
-		if rt.drawn == i+1 {
-			rt.drawn = 0
-		}
+		rt.drop(i)
+	}
+}
+
+// drop drops endpoint i from the call's route, for good.
+func (rt *route) drop(i int) {
+	rt.dropped |= 1 << i
+	if rt.drawn == i+1 {
+		rt.drawn = 0
 	}
 }
 
