@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -232,4 +233,32 @@ func TestFailoverDelayFunc(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, []time.Duration{0}, told)
 	assert.Equal(t, []time.Duration{5 * time.Millisecond}, delays(rec))
+}
+
+// An untried endpoint whose circuit is open is passed over: the retry would
+// land on the endpoint that just refused, so it waits the backoff. (Going
+// at once would send A up to MaxRetries refused dials in a row.)
+func TestFailoverOpenCircuitKeepsBackoff(t *testing.T) {
+	a := refusingURL(t)
+	open := newReplica(t, answer("open"))
+	rec := &evRecorder{}
+	tr, err := NewTransport(&http.Transport{}, Options{
+		Retry:     RetryOptions{Delay: 20 * time.Millisecond, MaxDelay: time.Second, NoJitter: true, MaxRetries: 3},
+		Endpoints: []Endpoint{{URL: a}, {URL: open.URL}},
+		OnEvent:   rec.add,
+	})
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+	h := tr.Handler()
+	u, err := url.Parse(open.URL)
+	require.NoError(t, err)
+	s := h.hosts.get(u)
+	s.breaker().Open()
+	h.hosts.release(s)
+
+	_, err, report := failoverGet(t, tr, http.MethodGet)
+	require.Error(t, err)
+	assert.Equal(t, 4, report.Attempts, "every attempt went to A")
+	assert.Zero(t, open.hits.Load())
+	assert.Equal(t, []time.Duration{20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond}, delays(rec))
 }

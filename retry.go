@@ -52,12 +52,14 @@ func (c retryLoop) run(now time.Time) (*http.Response, error) {
 		// endpoint (failover) waits the backoff only, and none at all after
 		// a connection failure, to an endpoint the call has not tried: that
 		// failure says nothing of it. The backoff is for an endpoint tried
-		// again.
+		// again, and for one whose circuit would pass the retry on to
+		// another.
 		elsewhere, atOnce := false, false
 		if rt != nil {
 			next := rt.ahead(c.h)
 			elsewhere = next != rt.last
-			atOnce = elsewhere && resp == nil && rt.fresh(next) && connectionFailure(err)
+			atOnce = elsewhere && resp == nil && rt.fresh(next) && connectionFailure(err) &&
+				rt.state(c.h, next).circuit.Closed()
 		}
 		// Such a failover, after attempts that all failed before their
 		// request left the client, is the request's first delivery to a
