@@ -46,15 +46,15 @@ func hangUp(t *testing.T, reset bool) *replica {
 	})
 }
 
-// failoverGet sends a GET through tr with a Report, and returns the
-// response or error and the Report.
-func failoverGet(t *testing.T, tr http.RoundTripper, method string) (*http.Response, error, *Report) {
+// failoverGet sends a request through tr with a Report, and returns the
+// Report and the response or error.
+func failoverGet(t *testing.T, tr http.RoundTripper, method string) (*Report, *http.Response, error) {
 	t.Helper()
 	var report Report
 	req, err := http.NewRequestWithContext(WithReport(context.Background(), &report), method, "http://orders.invalid/", nil)
 	require.NoError(t, err)
 	resp, err := tr.RoundTrip(req)
-	return resp, err, &report
+	return &report, resp, err
 }
 
 // delays returns the Delay of each EventRetry rec saw.
@@ -88,7 +88,7 @@ func TestFailoverAfterConnectionFailureGoesAtOnce(t *testing.T) {
 			require.NoError(t, err)
 			defer tr.CloseIdleConnections()
 
-			resp, err, report := failoverGet(t, tr, http.MethodGet)
+			report, resp, err := failoverGet(t, tr, http.MethodGet)
 			require.NoError(t, err)
 			assert.Equal(t, "healthy", readBody(t, resp))
 			assert.Equal(t, 2, report.Attempts)
@@ -111,7 +111,7 @@ func TestFailoverWeightedAfterRefusedDialGoesAtOnce(t *testing.T) {
 	defer tr.CloseIdleConnections()
 	tr.Handler().rand = func(uint64) uint64 { return 0 } // the first endpoint with weight left
 
-	resp, err, report := failoverGet(t, tr, http.MethodGet)
+	report, resp, err := failoverGet(t, tr, http.MethodGet)
 	require.NoError(t, err)
 	assert.Equal(t, "healthy", readBody(t, resp))
 	assert.Equal(t, 2, report.Attempts)
@@ -133,7 +133,7 @@ func TestFailoverBackoffWhenAnEndpointIsTriedAgain(t *testing.T) {
 	require.NoError(t, err)
 	defer tr.CloseIdleConnections()
 
-	_, err, report := failoverGet(t, tr, http.MethodGet)
+	report, _, err := failoverGet(t, tr, http.MethodGet)
 	require.Error(t, err)
 	assert.Equal(t, 4, report.Attempts)
 	var order []string
@@ -203,7 +203,7 @@ func TestFailoverMethodRule(t *testing.T) {
 	})
 	require.NoError(t, err)
 	defer tr.CloseIdleConnections()
-	_, err, report := failoverGet(t, tr, http.MethodPost)
+	report, _, err := failoverGet(t, tr, http.MethodPost)
 	require.Error(t, err)
 	assert.Equal(t, 1, report.Attempts)
 	assert.Zero(t, healthy.hits.Load())
@@ -228,7 +228,7 @@ func TestFailoverDelayFunc(t *testing.T) {
 	})
 	require.NoError(t, err)
 	defer tr.CloseIdleConnections()
-	resp, err, _ := failoverGet(t, tr, http.MethodGet)
+	_, resp, err := failoverGet(t, tr, http.MethodGet)
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, []time.Duration{0}, told)
@@ -256,7 +256,7 @@ func TestFailoverOpenCircuitKeepsBackoff(t *testing.T) {
 	s.breaker().Open()
 	h.hosts.release(s)
 
-	_, err, report := failoverGet(t, tr, http.MethodGet)
+	report, _, err := failoverGet(t, tr, http.MethodGet)
 	require.Error(t, err)
 	assert.Equal(t, 4, report.Attempts, "every attempt went to A")
 	assert.Zero(t, open.hits.Load())
