@@ -110,6 +110,9 @@ type raResult struct {
 	ok             int
 	attempts       float64 // per call
 	p50, p99       time.Duration
+	// events: retries, hedges, budget refusals, circuit openings and
+	// rejections, hedges over MaxExtraLoad
+	retries, hedges, refused, opened, rejected, capped int64
 }
 
 func runRA(tb testing.TB, schedule string, peer int) raResult {
@@ -117,8 +120,15 @@ func runRA(tb testing.TB, schedule string, peer int) raResult {
 	defer u.srv.Close()
 	base := loopbackTransport()
 	var rt http.RoundTripper = base
+	var events [resilience.EventPushback + 1]atomic.Int64
 	if o := raPeers[peer].opts; o != nil {
-		t, err := resilience.NewTransport(base, *o)
+		opts := *o
+		opts.OnEvent = func(e resilience.Event) {
+			if int(e.Kind) < len(events) {
+				events[e.Kind].Add(1)
+			}
+		}
+		t, err := resilience.NewTransport(base, opts)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -158,6 +168,9 @@ func runRA(tb testing.TB, schedule string, peer int) raResult {
 		schedule: schedule, peer: raPeers[peer].name, ok: ok,
 		attempts: float64(u.requests.Load()) / raCalls,
 		p50:      quantile(lat, 0.5), p99: quantile(lat, 0.99),
+		retries: events[resilience.EventRetry].Load(), hedges: events[resilience.EventHedge].Load(),
+		refused: events[resilience.EventBudgetExceeded].Load(), opened: events[resilience.EventCircuitOpened].Load(),
+		rejected: events[resilience.EventCircuitRejected].Load(), capped: events[resilience.EventHedgeCapped].Load(),
 	}
 }
 
@@ -169,7 +182,7 @@ func BenchmarkHedgeRetryAfter(b *testing.B) {
 	fmt.Fprintf(&s, "%d GETs, one every %v (open loop), against an HTTP/1.1 upstream answering 503 with Retry-After: 1 while unavailable.\n"+
 		"outages: a %v outage at a seeded offset in each %v period; share: a seeded %.0f%% of requests.\n\n",
 		raCalls, raInterval, raOutage, raPeriod, 100*raShare)
-	s.WriteString("| schedule | peer | success % | attempts/call | p50 ms | p99 ms |\n|---|---|---:|---:|---:|---:|\n")
+	s.WriteString("| schedule | peer | success % | attempts/call | p50 ms | p99 ms | retries | hedges | budget refused | circuit opened | circuit rejected | hedge capped |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, schedule := range []string{"outages", "share"} {
 		for i := range raPeers {
 			b.Run("schedule="+schedule+"/peer="+raPeers[i].name, func(b *testing.B) {
@@ -177,8 +190,9 @@ func BenchmarkHedgeRetryAfter(b *testing.B) {
 				pct := 100 * float64(r.ok) / raCalls
 				b.ReportMetric(pct, "success-%")
 				b.ReportMetric(r.attempts, "attempts/call")
-				fmt.Fprintf(&s, "| %s | %s | %.1f | %.3f | %.1f | %.1f |\n", r.schedule, r.peer, pct, r.attempts,
-					float64(r.p50.Microseconds())/1000, float64(r.p99.Microseconds())/1000)
+				fmt.Fprintf(&s, "| %s | %s | %.1f | %.3f | %.1f | %.1f | %d | %d | %d | %d | %d | %d |\n", r.schedule, r.peer, pct, r.attempts,
+					float64(r.p50.Microseconds())/1000, float64(r.p99.Microseconds())/1000,
+					r.retries, r.hedges, r.refused, r.opened, r.rejected, r.capped)
 			})
 		}
 	}
