@@ -3,6 +3,7 @@ package resilience
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/bulkhead"
@@ -62,7 +63,7 @@ func (c admitting) queue(bh bulkhead.Bulkhead[any]) error {
 	max := int64(c.cfg.RateLimit.MaxQueue)
 	defer s.queued.Add(-1)
 	if s.queued.Add(1) > max {
-		return reject(fmt.Sprintf("%d calls in flight and %d queued", c.cfg.RateLimit.MaxConcurrent, max), nil)
+		return reject(admissionFull(c.cfg.RateLimit.MaxConcurrent, c.cfg.RateLimit.MaxQueue), nil)
 	}
 	var err error
 	if c.totalAt.IsZero() {
@@ -74,9 +75,23 @@ func (c admitting) queue(bh bulkhead.Bulkhead[any]) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, bulkhead.ErrFull):
-		return reject("queued for admission until the total timeout", ErrTotalTimeout)
+		return reject("after waiting for admission", ErrTotalTimeout)
 	}
 	return c.errorf(nil, err, "queued for admission")
+}
+
+// admissionFull says why a call found no permit and no room in the queue,
+// for "rate limited with ...": 1 call, 2 calls, none queued.
+func admissionFull(inFlight, queued int) string {
+	calls := "calls"
+	if inFlight == 1 {
+		calls = "call"
+	}
+	q := "none"
+	if queued > 0 {
+		q = strconv.Itoa(queued)
+	}
+	return fmt.Sprintf("with %d %s in flight and %s queued, the most RateLimit.MaxConcurrent and MaxQueue allow", inFlight, calls, q)
 }
 
 func (c *call) releasePermit() {

@@ -284,7 +284,7 @@ func ExampleHealthHandler() {
 	rec := httptest.NewRecorder()
 	resilience.HealthHandler(pricing, carrier).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/health", nil))
 	fmt.Println(rec.Code, rec.Body.String())
-	// Output: 200 {"status":"degraded","handlers":{"carrier":{"circuit":"isolated","reason":"isolated by IsolateCircuit","overload":{"":{"limit":20,"inFlight":0,"queued":0,"latency":0,"refused":0,"overloaded":false}}},"pricing":{"circuit":"closed","overload":{"":{"limit":20,"inFlight":0,"queued":0,"latency":0,"refused":0,"overloaded":false}}}}}
+	// Output: 200 {"status":"degraded","handlers":{"carrier":{"circuit":"isolated","reason":"isolated by IsolateCircuit","overload":{"limit":20,"inFlight":0,"queued":0,"latencyMs":0,"refused":0,"overloaded":false}},"pricing":{"circuit":"closed","overload":{"limit":20,"inFlight":0,"queued":0,"latencyMs":0,"refused":0,"overloaded":false}}}}
 }
 
 func failingUpstream() *httptest.Server {

@@ -20,7 +20,7 @@ const (
 // [ErrOverloaded]; a retry or hedge may be shed. See docs/overload.md.
 type OverloadOptions struct {
 	Disabled     bool          // turns the limiter off; default false
-	MinLimit     int           // fewest attempts in flight allowed; default 8
+	MinLimit     int           // fewest attempts in flight allowed, per process: a fleet's floor is replicas × MinLimit; default 8
 	MaxLimit     int           // most allowed, at most 1000000; default 1000
 	InitialLimit int           // where the limit starts; default 20
 	MaxQueue     int           // how many attempts may wait; default 1000
