@@ -81,6 +81,7 @@ type Options struct {
 // config is Options with defaults filled in and validated.
 type config struct {
 	Options
+	given   Options // as written: a zero field is a default (Handler.Update, WithAttemptTimeout)
 	methods methodSet
 	route   *router     // Endpoints resolved; nil without
 	logs    *logSummary // the counts of Logger's summarised kinds; nil without Logger
@@ -90,6 +91,7 @@ type config struct {
 // options are resolved beside it (resolveRateLimit in admission.go, and so
 // on), and what spans layers is resolved here.
 func resolve(o Options) (*config, error) {
+	given := o
 	if o.Name == "" {
 		o.Name = defaultName
 	}
@@ -157,7 +159,7 @@ func resolve(o Options) (*config, error) {
 	if o.MaxBufferedBody == 0 {
 		o.MaxBufferedBody = defaultMaxBufferedBody
 	}
-	cfg := &config{Options: o, methods: methods, route: route}
+	cfg := &config{Options: o, given: given, methods: methods, route: route}
 	if o.Logger != nil {
 		cfg.logs = newLogSummary(o.Logger, o.Name)
 	}

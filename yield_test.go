@@ -1,7 +1,10 @@
 package resilience
 
 import (
+	"context"
 	"math"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -172,3 +175,83 @@ func TestDefaultsYieldInConfig(t *testing.T) {
 		assert.Contains(t, err.Error(), tc.want)
 	}
 }
+
+// Handler.Options fills every default in; given back to Update with one
+// field changed, the fields left as they were stay defaults, and yield as
+// NewHandler's do, instead of contradicting the field changed.
+func TestDefaultsYieldOnUpdate(t *testing.T) {
+	h, err := NewHandler(Options{Name: "x"})
+	require.NoError(t, err)
+
+	o := h.Options()
+	o.AttemptTimeout = 40 * time.Second
+	require.NoError(t, h.Update(o), "the 30s total was a default")
+	assert.Equal(t, 120*time.Second, h.Options().TotalTimeout)
+	assert.Equal(t, 80*time.Second, h.Options().CircuitBreaker.SamplingDuration)
+
+	o = h.Options()
+	o.AttemptTimeout = 5 * time.Second
+	require.NoError(t, h.Update(o))
+	assert.Equal(t, defaultTotalTimeout, h.Options().TotalTimeout, "the defaults follow the new attempt timeout")
+	assert.Equal(t, defaultSamplingDuration, h.Options().CircuitBreaker.SamplingDuration)
+
+	o = h.Options()
+	o.Overload.MaxLimit = 4
+	o.Fallback.MaxBytes = 1024
+	require.NoError(t, h.Update(o))
+	assert.Equal(t, 4, h.Options().Overload.MinLimit)
+	assert.EqualValues(t, 1024, h.Options().Fallback.MaxEntryBytes)
+
+	o = h.Options()
+	o.TotalTimeout, o.AttemptTimeout = 20*time.Second, 40*time.Second
+	assert.EqualError(t, h.Update(o), `resilience: handler "x": invalid option AttemptTimeout (40s): must not exceed TotalTimeout (20s)`,
+		"both written")
+
+	// A reloaded file is as written: what it leaves out is a default.
+	hs, err := Config{Upstreams: map[string]Options{"a": {}}}.Handlers(nil)
+	require.NoError(t, err)
+	ch, err := hs.Apply(Config{Upstreams: map[string]Options{"a": {AttemptTimeout: 40 * time.Second}}}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"totalTimeout", "circuitBreaker.samplingDuration", "attemptTimeout"}, ch.Changed["a"])
+}
+
+// A per-request attempt timeout raises a default total timeout as an
+// Options one does: the attempt's budget, as the deadline contract sends
+// it, is the whole attempt timeout, not what a 30s total left of it.
+func TestDefaultsYieldPerRequest(t *testing.T) {
+	var budgets []string
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		budgets = append(budgets, r.Header.Get("Request-Budget-Ms"))
+		return &http.Response{StatusCode: http.StatusNoContent, Body: http.NoBody, Request: r}, nil
+	})
+	send := func(o Options, ctx context.Context) int {
+		budgets = nil
+		tr, err := NewTransport(base, o)
+		require.NoError(t, err)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://up.invalid/", nil)
+		require.NoError(t, err)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Len(t, budgets, 1)
+		ms, err := strconv.Atoi(budgets[0])
+		require.NoError(t, err)
+		return ms
+	}
+	prop := PropagationOptions{Enabled: true}
+	ctx := WithAttemptTimeout(context.Background(), 40*time.Second)
+
+	ms := send(Options{Propagation: prop}, ctx)
+	assert.InDelta(t, 40_000, ms, 1_000, "the default total rose to hold the attempt")
+
+	ms = send(Options{Propagation: prop, TotalTimeout: 30 * time.Second}, ctx)
+	assert.InDelta(t, 30_000, ms, 1_000, "an explicit total still bounds it")
+
+	ms = send(Options{Propagation: prop}, WithTotalTimeout(ctx, 20*time.Second))
+	assert.InDelta(t, 20_000, ms, 1_000, "and so does a per-request one")
+}
+
+// roundTripFunc is a base RoundTripper made of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
