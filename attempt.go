@@ -134,17 +134,23 @@ func (c sending) cancelable() bool {
 // delay (to ep, if routed): a shallow copy of the caller's on ctx carrying
 // body, and the httpbody.Sent that tracks it, if any. For a handler with
 // observers (OnEvent or Logger), AttemptFromContext finds the attempt under
-// the copy's context; one without pays nothing for that. When the copy
+// the copy's context, which shares the copy's allocation (observedRequest):
+// observers cost no allocation where the copy is made anyway. When the copy
 // would be the caller's request field for field, and no endpoint will
-// retarget it, it is the caller's request.
+// retarget it, it is the caller's request, unless an observer needs the
+// attempt's context.
 func (c sending) attemptRequest(ctx context.Context, n int, delay time.Duration, ep *endpoint, body io.ReadCloser, getBody func() (io.ReadCloser, error)) (*http.Request, *httpbody.Sent) {
 	stamped := c.cfg.Propagation.Enabled
+	var r *http.Request
 	if c.cfg.observed() {
-		ctx = &attemptContext{Context: ctx, c: c.call, n: n, delay: delay, ep: ep}
+		o := &observedRequest{ctx: attemptContext{Context: ctx, c: c.call, n: n, delay: delay, ep: ep}}
+		o.req = *c.req.WithContext(&o.ctx) // inlined: the copy is o's, not one more allocation
+		r = &o.req
 	} else if ctx == c.req.Context() && body == nil && getBody == nil && c.req.Body == nil && c.req.GetBody == nil && ep == nil && !stamped {
 		return c.req, nil // nothing of the caller's request would change: send it as it is
+	} else {
+		r = c.req.WithContext(ctx)
 	}
-	r := c.req.WithContext(ctx)
 	if stamped {
 		budget, ok := c.attemptBudget(time.Now())
 		r.Header = stamp(c.req.Header, c.cfg.Propagation.Headers, n, budget, ok)
@@ -342,8 +348,8 @@ func (c sending) attemptAnswered(sentAt time.Time, resp *http.Response) {
 
 // An attemptContext is the context of an attempt's request: the attempt's
 // own context, which it forwards everything to, and what AttemptFromContext
-// says of the attempt. One allocation per attempt carries both, where
-// context.WithValue would take two.
+// says of the attempt: one value carries both, where context.WithValue
+// would take two, and it shares its request's allocation (observedRequest).
 type attemptContext struct {
 	context.Context
 	c     *call
@@ -353,6 +359,15 @@ type attemptContext struct {
 }
 
 type attemptKey struct{}
+
+// An observedRequest is an attempt's request and its attemptContext in one
+// allocation: the request copy an attempt needs anyway (a context of its
+// own for its deadlines, a body to track, an endpoint to retarget it to)
+// carries what AttemptFromContext says of it at no extra allocation.
+type observedRequest struct {
+	req http.Request
+	ctx attemptContext
+}
 
 func (a *attemptContext) Value(key any) any {
 	if key == (attemptKey{}) {
