@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // ReplayedHeader marks a response replayed from the store.
@@ -123,7 +124,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		if r.Context().Err() != nil {
 			return // the caller went away
 		}
-		m.opts.Logger.ErrorContext(r.Context(), "idempotency: claim failed", "operation", req.Key.Operation, "err", err)
+		m.opts.Logger.ErrorContext(r.Context(), "idempotency: claim failed", "operation", bounded(req.Key.Operation), "err", err)
 		fail(w, http.StatusServiceUnavailable, time.Second, "idempotency: store unavailable")
 		return
 	}
@@ -258,6 +259,23 @@ func (m *Middleware) maybeSweep(ctx context.Context, w http.ResponseWriter) {
 	if _, err := m.store.Sweep(ctx, m.opts.SweepBatch); err != nil {
 		m.opts.Logger.ErrorContext(ctx, "idempotency: sweep failed", "err", err)
 	}
+}
+
+// maxLogged bounds what a log line keeps of a value the caller chose (the
+// route, and so the operation): its first maxLogged bytes, and its length.
+const maxLogged = 128
+
+// bounded returns s, or its first maxLogged bytes (cut at a character's
+// start) and how long it was, for a log line.
+func bounded(s string) string {
+	if len(s) <= maxLogged {
+		return s
+	}
+	cut := maxLogged
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…(" + strconv.Itoa(len(s)) + " bytes)"
 }
 
 // headerValues returns the values of the header name (canonical) in h

@@ -29,17 +29,14 @@ import (
 )
 
 const schema = `CREATE TABLE IF NOT EXISTS idempotency_keys (
-	principal   text        NOT NULL,
-	operation   text        NOT NULL,
-	key         text        NOT NULL,
+	key_hash    bytea       PRIMARY KEY,    -- idempotency.Key.Hash: (principal, operation, key), fixed size
 	digest      bytea       NOT NULL,
 	token       bytea,                      -- the owner's claim token; NULL once completed
 	lease_until timestamptz NOT NULL,
 	expires_at  timestamptz NOT NULL,
 	status      integer     NOT NULL DEFAULT 0, -- 0 while in progress
 	header      bytea,
-	body        bytea,
-	PRIMARY KEY (principal, operation, key)
+	body        bytea
 );
 CREATE INDEX IF NOT EXISTS idempotency_keys_expires_at ON idempotency_keys (expires_at);`
 
@@ -58,6 +55,9 @@ func New(ctx context.Context, pool *pgxpool.Pool) (*Store, error) {
 	}
 	if _, err := pool.Exec(ctx, schema); err != nil {
 		return nil, fmt.Errorf("pgstore: create table idempotency_keys: %w", err)
+	}
+	if _, err := pool.Exec(ctx, `SELECT key_hash FROM idempotency_keys LIMIT 0`); err != nil {
+		return nil, fmt.Errorf("pgstore: table idempotency_keys has an earlier layout (keys by principal, operation and key, not key_hash): rename it, and drop it once its keys' TTL has passed: %w", err)
 	}
 	return &Store{pool: pool}, nil
 }
@@ -88,7 +88,7 @@ const maxTries = 3
 // live owner is never taken over, whatever its lease: the claim skips its
 // locked row, without waiting, and reports the key in progress.
 func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.Claim, error) {
-	k := req.Key
+	k := req.Key.Hash()
 	ownerAlive := false
 	for range maxTries {
 		tok := make([]byte, 16)
@@ -96,12 +96,12 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 		// ON CONFLICT DO NOTHING: a taken key's row may be locked by its
 		// owner, and DO UPDATE would wait on that lock.
 		tag, err := s.pool.Exec(ctx, `INSERT INTO idempotency_keys
-				(principal, operation, key, digest, token, lease_until, expires_at, status)
-			VALUES ($1, $2, $3, $4, $5,
-				clock_timestamp() + $6::bigint * interval '1 microsecond',
-				clock_timestamp() + $7::bigint * interval '1 microsecond', 0)
-			ON CONFLICT (principal, operation, key) DO NOTHING`,
-			k.Principal, k.Operation, k.Key, req.Digest[:], tok,
+				(key_hash, digest, token, lease_until, expires_at, status)
+			VALUES ($1, $2, $3,
+				clock_timestamp() + $4::bigint * interval '1 microsecond',
+				clock_timestamp() + $5::bigint * interval '1 microsecond', 0)
+			ON CONFLICT (key_hash) DO NOTHING`,
+			k[:], req.Digest[:], tok,
 			req.Lease.Microseconds(), req.TTL.Microseconds())
 		if err != nil {
 			return idempotency.Claim{}, fmt.Errorf("pgstore: claim key: %w", err)
@@ -123,9 +123,8 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 		err = s.pool.QueryRow(ctx, `SELECT digest, status,
 				extract(epoch FROM lease_until - clock_timestamp())::float8,
 				expires_at <= clock_timestamp(), header, body
-			FROM idempotency_keys
-			WHERE principal = $1 AND operation = $2 AND key = $3`,
-			k.Principal, k.Operation, k.Key).Scan(&digest, &status, &leaseLeftSec, &expired, &header, &body)
+			FROM idempotency_keys WHERE key_hash = $1`,
+			k[:]).Scan(&digest, &status, &leaseLeftSec, &expired, &header, &body)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // swept or released meanwhile: claim again
 		}
@@ -153,18 +152,17 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 			return idempotency.Claim{State: idempotency.InProgress, Digest: d}, nil
 		}
 		tag, err = s.pool.Exec(ctx, `UPDATE idempotency_keys SET
-				digest = $4, token = $5,
-				lease_until = clock_timestamp() + $6::bigint * interval '1 microsecond',
-				expires_at = clock_timestamp() + $7::bigint * interval '1 microsecond',
+				digest = $2, token = $3,
+				lease_until = clock_timestamp() + $4::bigint * interval '1 microsecond',
+				expires_at = clock_timestamp() + $5::bigint * interval '1 microsecond',
 				status = 0, header = NULL, body = NULL
-			WHERE principal = $1 AND operation = $2 AND key = $3
+			WHERE key_hash = $1
 				AND (expires_at <= clock_timestamp()
-					OR (status = 0 AND lease_until <= clock_timestamp() AND digest = $4))
-				AND (principal, operation, key) IN (
-					SELECT principal, operation, key FROM idempotency_keys
-					WHERE principal = $1 AND operation = $2 AND key = $3
+					OR (status = 0 AND lease_until <= clock_timestamp() AND digest = $2))
+				AND key_hash IN (
+					SELECT key_hash FROM idempotency_keys WHERE key_hash = $1
 					FOR UPDATE SKIP LOCKED)`,
-			k.Principal, k.Operation, k.Key, req.Digest[:], tok,
+			k[:], req.Digest[:], tok,
 			req.Lease.Microseconds(), req.TTL.Microseconds())
 		if err != nil {
 			return idempotency.Claim{}, fmt.Errorf("pgstore: take key over: %w", err)
@@ -188,7 +186,7 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 // key's row in it, for as long as it is open. It reports false if the
 // claim was already taken over (a lease shorter than the time between the
 // claim and the lock).
-func (s *Store) own(ctx context.Context, k idempotency.Key, token []byte, ttl time.Duration) (idempotency.Claim, bool, error) {
+func (s *Store) own(ctx context.Context, k keyHash, token []byte, ttl time.Duration) (idempotency.Claim, bool, error) {
 	// The transaction outlives the request's cancellation: the middleware
 	// commits or aborts it.
 	bg := context.WithoutCancel(ctx)
@@ -199,8 +197,8 @@ func (s *Store) own(ctx context.Context, k idempotency.Key, token []byte, ttl ti
 	}
 	var one int
 	err = tx.QueryRow(ctx, `SELECT 1 FROM idempotency_keys
-		WHERE principal = $1 AND operation = $2 AND key = $3 AND token = $4
-		FOR UPDATE`, k.Principal, k.Operation, k.Key, token).Scan(&one)
+		WHERE key_hash = $1 AND token = $2
+		FOR UPDATE`, k[:], token).Scan(&one)
 	if err != nil {
 		_ = tx.Rollback(bg)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -212,10 +210,14 @@ func (s *Store) own(ctx context.Context, k idempotency.Key, token []byte, ttl ti
 	return idempotency.Claim{State: idempotency.Owned, Txn: &txn{s: s, tx: tx, key: k, token: token, ttl: ttl}}, true, nil
 }
 
-func (s *Store) release(ctx context.Context, k idempotency.Key, token []byte) error {
+// keyHash is the hash by which the table keeps a key (idempotency.Key.Hash).
+type keyHash = [32]byte
+
+// release deletes the claim of token, if it still holds: not a key a
+// commit completed (its token is NULL), nor one another claim took over.
+func (s *Store) release(ctx context.Context, k keyHash, token []byte) error {
 	_, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys
-		WHERE principal = $1 AND operation = $2 AND key = $3 AND token = $4`,
-		k.Principal, k.Operation, k.Key, token)
+		WHERE key_hash = $1 AND token = $2`, k[:], token)
 	return err
 }
 
@@ -223,8 +225,8 @@ func (s *Store) release(ctx context.Context, k idempotency.Key, token []byte) er
 // servers skip each other's rows rather than wait.
 func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys
-		WHERE (principal, operation, key) IN (
-			SELECT principal, operation, key FROM idempotency_keys
+		WHERE key_hash IN (
+			SELECT key_hash FROM idempotency_keys
 			WHERE expires_at <= clock_timestamp() LIMIT $1 FOR UPDATE SKIP LOCKED)`, limit)
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: sweep: %w", err)
@@ -235,7 +237,7 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 type txn struct {
 	s     *Store
 	tx    pgx.Tx
-	key   idempotency.Key
+	key   keyHash
 	token []byte
 	ttl   time.Duration
 }
@@ -260,9 +262,8 @@ func (t *txn) Commit(ctx context.Context, resp *idempotency.Response) error {
 	tag, err := t.tx.Exec(ctx, `UPDATE idempotency_keys
 		SET status = $1, header = $2, body = $3, token = NULL, lease_until = clock_timestamp(),
 			expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond'
-		WHERE principal = $5 AND operation = $6 AND key = $7 AND token = $8`,
-		resp.Status, header, body, t.ttl.Microseconds(),
-		t.key.Principal, t.key.Operation, t.key.Key, t.token)
+		WHERE key_hash = $5 AND token = $6`,
+		resp.Status, header, body, t.ttl.Microseconds(), t.key[:], t.token)
 	if err != nil {
 		_ = t.tx.Rollback(ctx)
 		return fmt.Errorf("pgstore: record response: %w", err)
