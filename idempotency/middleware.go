@@ -22,9 +22,12 @@ const ReplayedHeader = "Idempotent-Replayed"
 // and replays its response to retries. Create it with New; it is safe for
 // concurrent use.
 type Middleware struct {
-	store     Store
-	opts      Options
-	lastSweep atomic.Int64 // unix nanoseconds of the last sweep started
+	store Store
+	opts  Options
+	// nextSweep is when the next sweep is due, in unix nanoseconds: zero
+	// at first (the first completed write sweeps), math.MaxInt64 while one
+	// runs.
+	nextSweep atomic.Int64
 }
 
 // New returns a Middleware that keeps its keys in store.
@@ -36,9 +39,7 @@ func New(store Store, opts Options) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Middleware{store: store, opts: o}
-	m.lastSweep.Store(time.Now().UnixNano())
-	return m, nil
+	return &Middleware{store: store, opts: o}, nil
 }
 
 // Handler returns next behind the protocol. Requests with a safe method
@@ -48,12 +49,6 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.serve(w, r, next)
 	})
-}
-
-// Sweep deletes up to Options.SweepBatch expired keys now, for a program
-// that sweeps on its own schedule (SweepInterval negative).
-func (m *Middleware) Sweep(ctx context.Context) (int, error) {
-	return m.store.Sweep(ctx, m.opts.SweepBatch)
 }
 
 // storeTimeout bounds each store operation of an owner (its commit, its
@@ -240,25 +235,6 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 // 1s, at most Options.RetryAfter.
 func (m *Middleware) retryAfter(left time.Duration) time.Duration {
 	return max(time.Second, min(left, m.opts.RetryAfter))
-}
-
-// maybeSweep deletes expired keys if SweepInterval has passed since the last
-// sweep; of concurrent requests, one does it.
-func (m *Middleware) maybeSweep(ctx context.Context, w http.ResponseWriter) {
-	if m.opts.SweepInterval < 0 {
-		return
-	}
-	now := time.Now().UnixNano()
-	last := m.lastSweep.Load()
-	if now-last < int64(m.opts.SweepInterval) || !m.lastSweep.CompareAndSwap(last, now) {
-		return
-	}
-	_ = http.NewResponseController(w).Flush() // the caller need not wait for the sweep
-	ctx, cancel := storeContext(ctx)
-	defer cancel()
-	if _, err := m.store.Sweep(ctx, m.opts.SweepBatch); err != nil {
-		m.opts.Logger.ErrorContext(ctx, "idempotency: sweep failed", "err", err)
-	}
 }
 
 // maxLogged bounds what a log line keeps of a value the caller chose (the

@@ -73,16 +73,27 @@ type Options struct {
 	// of any client. A key reused after its TTL runs again. Default 24h.
 	TTL time.Duration
 
-	// SweepInterval is how often expired keys are deleted: at most once per
-	// interval, by the request that completes a claim after it has passed,
-	// after its response is written (no goroutine of its own). Negative:
-	// never (call Sweep yourself). Default 1 minute.
+	// SweepInterval is how often expired keys are deleted: the first write
+	// a middleware completes sweeps, and so does the first after each
+	// interval, once its response is written (no goroutine of its own). A
+	// sweep deletes batches of SweepBatch keys until a batch comes back
+	// short (every expired key is gone) or it has run for 250 ms; then
+	// the next write sweeps again at once. So the store keeps about
+	// (TTL + SweepInterval) × keyed writes per second keys, at any rate.
+	// Negative: never (call Sweep yourself). Default 1 minute.
 	SweepInterval time.Duration
 
-	// SweepBatch bounds the keys one sweep deletes. Default 1000.
+	// SweepBatch is how many keys one statement of a sweep deletes.
+	// Default 1000.
 	SweepBatch int
 
-	// Logger receives store errors. Default: discarded.
+	// OnSweep, when set, receives the report of each sweep: the keys it
+	// deleted, its lag, and the keys kept. It runs on the goroutine of the
+	// request that swept (or of the Sweep call), after its response.
+	OnSweep func(SweepReport)
+
+	// Logger receives store errors, and each sweep: at Debug level, or at
+	// Warn when it stopped with expired keys left. Default: discarded.
 	Logger *slog.Logger
 }
 

@@ -33,9 +33,21 @@ type Store interface {
 	// owner's transaction, already begun.
 	Claim(ctx context.Context, req ClaimRequest) (Claim, error)
 
-	// Sweep deletes up to limit keys whose retention (TTL) has passed and
-	// reports how many it deleted.
-	Sweep(ctx context.Context, limit int) (int, error)
+	// Sweep deletes up to limit keys whose retention (TTL) has passed. It
+	// reports how many it deleted, and its lag: how long the oldest key
+	// past its TTL had been so when the sweep began (zero if no key had
+	// expired). The middleware calls it again at once while it deletes
+	// full batches, so a store need not delete more than limit at a time.
+	Sweep(ctx context.Context, limit int) (deleted int, lag time.Duration, err error)
+}
+
+// A KeyCounter is a Store that can tell how many keys it holds, for the
+// Kept of a SweepReport. The module's stores are KeyCounters.
+type KeyCounter interface {
+	// CountKeys returns how many keys the store holds, expired ones not
+	// yet swept included: an exact count or a close estimate, as cheap as
+	// the store can make it.
+	CountKeys(ctx context.Context) (int, error)
 }
 
 // A Key names one logical operation of one principal.

@@ -221,17 +221,41 @@ func (s *Store) release(ctx context.Context, k keyHash, token []byte) error {
 	return err
 }
 
-// Sweep implements idempotency.Store. Concurrent sweeps from several
-// servers skip each other's rows rather than wait.
-func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys
-		WHERE key_hash IN (
-			SELECT key_hash FROM idempotency_keys
-			WHERE expires_at <= clock_timestamp() LIMIT $1 FOR UPDATE SKIP LOCKED)`, limit)
+// Sweep implements idempotency.Store, in one statement: the oldest
+// expiry (through the index on expires_at) and the deletion. Concurrent
+// sweeps from several servers skip each other's rows rather than wait.
+func (s *Store) Sweep(ctx context.Context, limit int) (int, time.Duration, error) {
+	var (
+		n      int
+		lagSec float64
+	)
+	err := s.pool.QueryRow(ctx, `WITH oldest AS (
+			SELECT min(expires_at) AS at FROM idempotency_keys
+		), deleted AS (
+			DELETE FROM idempotency_keys WHERE key_hash IN (
+				SELECT key_hash FROM idempotency_keys
+				WHERE expires_at <= clock_timestamp() LIMIT $1 FOR UPDATE SKIP LOCKED)
+			RETURNING 1
+		)
+		SELECT (SELECT count(*) FROM deleted),
+			coalesce(extract(epoch FROM clock_timestamp() - (SELECT at FROM oldest)), 0)::float8`,
+		limit).Scan(&n, &lagSec)
 	if err != nil {
-		return 0, fmt.Errorf("pgstore: sweep: %w", err)
+		return 0, 0, fmt.Errorf("pgstore: sweep: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return n, max(0, time.Duration(lagSec*float64(time.Second))), nil
+}
+
+// CountKeys implements idempotency.KeyCounter with PostgreSQL's estimate of
+// the table's live rows (its cumulative statistics, which follow inserts
+// and deletes within seconds), so that it costs one lookup, not a scan.
+func (s *Store) CountKeys(ctx context.Context) (int, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT pg_stat_get_live_tuples('idempotency_keys'::regclass)`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: count keys: %w", err)
+	}
+	return int(n), nil
 }
 
 type txn struct {

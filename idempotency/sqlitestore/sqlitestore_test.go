@@ -28,8 +28,9 @@ func TestClaimStates(t *testing.T) {
 	require.NoError(t, err)
 	storetest.Run(t, s, func(ctx context.Context) bool { return sqlitestore.Tx(ctx) != nil })
 
-	n, err := s.Sweep(ctx, 10)
+	n, lag, err := s.Sweep(ctx, 10)
 	require.NoError(t, err)
+	assert.Zero(t, lag, "nothing expired")
 	assert.Zero(t, n, "nothing expired")
 	_, err = sqlitestore.New(ctx, nil)
 	assert.ErrorContains(t, err, "sqlitestore: nil")
