@@ -114,6 +114,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		Lease:  m.opts.Lease,
 		TTL:    m.opts.TTL,
 	}
+	claimed := time.Now()
 	claim, err := m.store.Claim(r.Context(), req)
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -133,7 +134,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case Completed:
 		write(w, claim.Response, true)
 	case Owned:
-		m.own(w, r, body, claim.Txn, next)
+		m.own(w, r, body, owner{txn: claim.Txn, leaseEnd: claimed.Add(m.opts.Lease)}, next)
 		m.maybeSweep(r.Context(), w)
 	default:
 		m.opts.Logger.ErrorContext(r.Context(), "idempotency: store returned an unknown claim state", "state", int(claim.State))
@@ -146,11 +147,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // operation gets its own deadline (storeContext), from when it starts: a
 // handler slower than storeTimeout must not leave its commit or abort an
 // expired context, and so its key claimed until the lease runs out.
-func (m *Middleware) own(w http.ResponseWriter, r *http.Request, body []byte, txn Txn, next http.Handler) {
+func (m *Middleware) own(w http.ResponseWriter, r *http.Request, body []byte, o owner, next http.Handler) {
+	txn := o.txn
 	done := false
 	defer func() {
 		if !done { // next panicked: nothing recorded, key released
-			m.abort(r.Context(), txn)
+			m.abort(r.Context(), o)
 		}
 	}()
 	rec := newRecorder(m.opts.MaxResponseBytes)
@@ -162,11 +164,11 @@ func (m *Middleware) own(w http.ResponseWriter, r *http.Request, body []byte, tx
 	resp := rec.response()
 	switch {
 	case rec.overflow:
-		m.abort(r.Context(), txn)
+		m.abort(r.Context(), o)
 		fail(w, http.StatusInternalServerError, 0, fmt.Sprintf("idempotency: response body over the limit of %d bytes that can be recorded; rolled back", m.opts.MaxResponseBytes))
 		return
 	case resp.Status >= 500:
-		m.abort(r.Context(), txn) // a failure is not an outcome: a retry runs again
+		m.abort(r.Context(), o) // a failure is not an outcome: a retry runs again
 		write(w, resp, false)
 		return
 	}
@@ -185,7 +187,7 @@ func (m *Middleware) own(w http.ResponseWriter, r *http.Request, body []byte, tx
 		// retry run at once, or replay, instead of waiting out the lease.
 		m.opts.Logger.ErrorContext(r.Context(), "idempotency: commit failed", "err", err)
 		retryAfter := m.retryAfter(m.opts.Lease)
-		if m.abort(r.Context(), txn) {
+		if m.abort(r.Context(), o) {
 			retryAfter = time.Second
 		}
 		fail(w, http.StatusServiceUnavailable, retryAfter, "idempotency: could not record the response")
@@ -194,17 +196,65 @@ func (m *Middleware) own(w http.ResponseWriter, r *http.Request, body []byte, tx
 	write(w, resp, false)
 }
 
-// abort rolls txn back and releases its claim, with a deadline of its own,
-// and reports whether it did; a failure is logged, and the key then stays
-// claimed until its lease expires.
-func (m *Middleware) abort(ctx context.Context, txn Txn) bool {
-	ctx, cancel := storeContext(ctx)
-	defer cancel()
-	if err := txn.Abort(ctx); err != nil {
-		m.opts.Logger.ErrorContext(ctx, "idempotency: abort failed; the key stays claimed until its lease expires", "err", err)
-		return false
+// An owner is the claim of a request that runs its handler: its
+// transaction, and when its lease ends (measured from just before the
+// claim, so no later than the store's).
+type owner struct {
+	txn      Txn
+	leaseEnd time.Time
+}
+
+// abort rolls the owner's transaction back and releases its claim, with a
+// deadline of its own, and reports whether it did. If it could not (the
+// database is down, say), the owner keeps trying in the background, until
+// the release lands or the lease ends (releaseLater): a live owner that
+// knows it did not commit frees its key as soon as the database answers,
+// and a retry need not wait out the lease, which is for owners that died.
+func (m *Middleware) abort(ctx context.Context, o owner) bool {
+	sctx, cancel := storeContext(ctx)
+	err := o.txn.Abort(sctx)
+	cancel()
+	if err == nil {
+		return true
 	}
-	return true
+	m.opts.Logger.ErrorContext(ctx, "idempotency: abort failed; releasing the claim again until the store answers or the lease ends", "lease_left", time.Until(o.leaseEnd).Round(time.Millisecond), "err", err)
+	go m.releaseLater(context.WithoutCancel(ctx), o)
+	return false
+}
+
+// releaseRetry bounds the wait between two tries of releaseLater: the key
+// is free within about this long of the database's return.
+const releaseRetry = 500 * time.Millisecond
+
+// releaseLater tries the owner's Abort again, after 50 ms and then twice
+// as long each time up to releaseRetry, until it succeeds or the lease
+// ends: past its end the key is free to a retry anyway. Safe whatever the
+// commit did: a store releases only a claim that this owner still holds,
+// never a key a commit completed or a retry took over (Txn.Abort).
+func (m *Middleware) releaseLater(ctx context.Context, o owner) {
+	wait := 50 * time.Millisecond
+	for tries := 2; ; tries++ {
+		left := time.Until(o.leaseEnd)
+		if left <= wait {
+			m.opts.Logger.ErrorContext(ctx, "idempotency: could not release the claim before its lease ended; the key is free again now", "tries", tries-1)
+			return
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-ctx.Done(): // never: ctx is the request's without its cancellation
+			timer.Stop()
+			return
+		}
+		wait = min(2*wait, releaseRetry)
+		actx, cancel := context.WithTimeout(ctx, min(storeTimeout, time.Until(o.leaseEnd)))
+		err := o.txn.Abort(actx)
+		cancel()
+		if err == nil {
+			m.opts.Logger.InfoContext(ctx, "idempotency: claim released once the store answered again", "tries", tries)
+			return
+		}
+	}
 }
 
 // readBody reads the body in full, up to MaxBodyBytes; over it, it answers

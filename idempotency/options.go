@@ -60,8 +60,14 @@ type Options struct {
 	// connection): the retry gets 409 until then. An owner still running
 	// past its lease keeps the key, as its store transaction is still
 	// open: a retry gets 409 (PostgreSQL) or waits for it (SQLite), and
-	// the owner's commit lands (see Store). It bounds the Retry-After of
-	// the 409s. Default 1 minute.
+	// the owner's commit lands (see Store). An owner that is alive but
+	// could not commit (its database went down) releases its claim as soon
+	// as the database answers again, without waiting for its lease. It
+	// bounds the Retry-After of the 409s. Default 10 seconds: the client's
+	// default attempt timeout, and shorter than its default total timeout
+	// (30 s), so a default client retrying a dead owner's key gets it
+	// within its call. A longer lease costs nothing to live owners, which
+	// keep their keys anyway; it only delays retries after a crash.
 	Lease time.Duration
 
 	// RetryAfter caps the Retry-After of a 409 for a key in progress (the
@@ -105,7 +111,7 @@ const (
 	defaultMaxKeyLength     = 255
 	defaultMaxBodyBytes     = 1 << 20
 	defaultMaxResponseBytes = 1 << 20
-	defaultLease            = time.Minute
+	defaultLease            = 10 * time.Second
 	defaultRetryAfter       = time.Second
 	defaultTTL              = 24 * time.Hour
 	defaultSweepInterval    = time.Minute

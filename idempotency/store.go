@@ -141,7 +141,12 @@ type Txn interface {
 	Commit(ctx context.Context, resp *Response) error
 
 	// Abort rolls the transaction back and releases the claim, so that a
-	// retry may run at once.
+	// retry may run at once. It releases only a claim this owner still
+	// holds (not a key its commit completed, nor one taken over), so it is
+	// safe after a Commit that failed, whose outcome is unknown. When it
+	// fails (the database is down), it may be called again, and then
+	// retries the release: the middleware does so until it succeeds or
+	// the lease ends.
 	Abort(ctx context.Context) error
 }
 

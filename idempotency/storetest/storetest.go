@@ -18,7 +18,8 @@ import (
 // and its transaction reaches the store's accessor (hasTx reports whether
 // a context carries it); a second is InProgress with the first's digest
 // and the lease left; an abort frees the key, so the next claim is Owned
-// again; after a commit, a claim with another digest finds it Completed,
+// again; after its commit (which the first abort, tried again, leaves
+// alone), a claim with another digest finds it Completed,
 // with the recorded digest and response. Then a live owner outlives its
 // lease (see liveOwner). The keys are ones no other test uses, so s may be
 // shared.
@@ -45,10 +46,14 @@ func Run(t *testing.T, s idempotency.Store, hasTx func(context.Context) bool) {
 	assert.InDelta(t, time.Minute, again.LeaseLeft, float64(time.Second))
 
 	require.NoError(t, c.Txn.Abort(ctx))
+	aborted := c
 	c, err = s.Claim(ctx, req)
 	require.NoError(t, err)
 	require.Equal(t, idempotency.Owned, c.State, "released by the abort")
 	require.NoError(t, c.Txn.Commit(ctx, &idempotency.Response{Status: 201, Body: []byte("made")}))
+	// An abort tried again (as after a failure) releases only its own
+	// claim, never a key that another owner then completed.
+	require.NoError(t, aborted.Txn.Abort(ctx), "an abort tried again")
 
 	other := req
 	other.Digest = idempotency.Digest{2}
