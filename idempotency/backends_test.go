@@ -36,8 +36,10 @@ type backend struct {
 	// dsn locates the database for a child process: a SQLite path or a
 	// PostgreSQL DSN with its schema.
 	kind, dsn string
-	// pool is the PostgreSQL pool, nil for SQLite.
+	// pool is the PostgreSQL pool, nil for SQLite; db the SQLite database,
+	// nil for PostgreSQL.
 	pool *pgxpool.Pool
+	db   *sql.DB
 }
 
 func eachBackend(t *testing.T, f func(t *testing.T, b *backend)) {
@@ -73,7 +75,7 @@ func sqliteOn(ctx context.Context, db *sql.DB) (*backend, error) {
 		return nil, err
 	}
 	return &backend{
-		name: "sqlite", kind: "sqlite", store: st,
+		name: "sqlite", kind: "sqlite", store: st, db: db,
 		insert: func(ctx context.Context, item string) (int64, error) {
 			res, err := sqlitestore.Tx(ctx).ExecContext(ctx, `INSERT INTO orders (item) VALUES (?)`, item)
 			if err != nil {

@@ -86,9 +86,13 @@ func New(ctx context.Context, db *sql.DB) (*Store, error) {
 type ctxKey struct{}
 
 // Tx returns the transaction the middleware began for the request whose
-// context is ctx, or nil outside an owned request. Write the handler's
-// effect through it: it commits with the recorded response, or not at all.
-// Do not commit or roll it back yourself.
+// context is ctx, or nil outside an owned request: in particular for a
+// write that carries no key, which goes to the handler unprotected unless
+// Options.RequireKey is set (a client call made with
+// resilience.WithRetryable(ctx, false) sends none). Check for nil before
+// using it. Write the handler's effect through it: it commits with the
+// recorded response, or not at all. Do not commit or roll it back
+// yourself.
 func Tx(ctx context.Context) *sql.Tx {
 	tx, _ := ctx.Value(ctxKey{}).(*sql.Tx)
 	return tx
