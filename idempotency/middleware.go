@@ -28,6 +28,9 @@ type Middleware struct {
 	// at first (the first completed write sweeps), math.MaxInt64 while one
 	// runs.
 	nextSweep atomic.Int64
+	// sweepBatch is the batch the next sweep starts with: SweepBatch, or
+	// more after a sweep that stopped behind.
+	sweepBatch atomic.Int64
 }
 
 // New returns a Middleware that keeps its keys in store.

@@ -82,15 +82,16 @@ type Options struct {
 	// SweepInterval is how often expired keys are deleted: the first write
 	// a middleware completes sweeps, and so does the first after each
 	// interval, once its response is written (no goroutine of its own). A
-	// sweep deletes batches of SweepBatch keys until a batch comes back
-	// short (every expired key is gone) or it has run for 250 ms; then
-	// the next write sweeps again at once. So the store keeps about
+	// sweep deletes batches of keys until a batch comes back short (every
+	// expired key is gone) or it has run for 250 ms; then the next write
+	// sweeps again at once. Batches start at SweepBatch and double while
+	// they come back full, up to 16 × SweepBatch. So the store keeps about
 	// (TTL + SweepInterval) × keyed writes per second keys, at any rate.
 	// Negative: never (call Sweep yourself). Default 1 minute.
 	SweepInterval time.Duration
 
-	// SweepBatch is how many keys one statement of a sweep deletes.
-	// Default 1000.
+	// SweepBatch is how many keys the first statement of a sweep deletes
+	// (later ones, up to 16 times as many, while there are). Default 1000.
 	SweepBatch int
 
 	// OnSweep, when set, receives the report of each sweep: the keys it

@@ -25,6 +25,10 @@ type SweepReport struct {
 	Behind bool
 }
 
+// maxBatchGrowth bounds how far a sweep that keeps finding full batches
+// grows them: up to this many times SweepBatch a statement.
+const maxBatchGrowth = 16
+
 // sweepBudget bounds how long one automatic sweep deletes batches: it runs
 // on a request's goroutine, and on SQLite each batch takes the one write
 // lock. A sweep that runs out of it leaves the rest to the next write.
@@ -66,24 +70,35 @@ func (m *Middleware) maybeSweep(ctx context.Context, w http.ResponseWriter) {
 func (m *Middleware) sweep(ctx context.Context, budget time.Duration) (SweepReport, error) {
 	start := time.Now()
 	r := SweepReport{Kept: -1}
+	// The batch doubles while batches come back full, up to
+	// maxBatchGrowth × SweepBatch, and stays grown while sweeps are behind:
+	// a statement's own cost (a round trip, the write lock) must not cap
+	// the rate at which a backlog goes.
+	batch := int(max(m.sweepBatch.Load(), int64(m.opts.SweepBatch)))
 	var err error
 	for first := true; ; first = false {
 		var (
 			n   int
 			lag time.Duration
 		)
-		n, lag, err = m.store.Sweep(ctx, m.opts.SweepBatch)
+		n, lag, err = m.store.Sweep(ctx, batch)
 		r.Deleted += n
 		if first {
 			r.Lag = lag
 		}
-		if err != nil || n < m.opts.SweepBatch {
+		if err != nil || n < batch {
 			break
 		}
+		batch = min(2*batch, maxBatchGrowth*m.opts.SweepBatch)
 		if ctx.Err() != nil || (budget > 0 && time.Since(start) >= budget) {
 			r.Behind = true
 			break
 		}
+	}
+	if r.Behind {
+		m.sweepBatch.Store(int64(batch))
+	} else {
+		m.sweepBatch.Store(int64(m.opts.SweepBatch))
 	}
 	if err != nil {
 		m.opts.Logger.ErrorContext(ctx, "idempotency: sweep failed", "deleted", r.Deleted, "err", err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -77,18 +78,24 @@ func TestSweepKeepsUp(t *testing.T) {
 // full one, as a store far behind.
 type slowSweeps struct {
 	idempotency.Store
-	calls atomic.Int64
+	calls  atomic.Int64
+	mu     sync.Mutex
+	limits []int
 }
 
 func (s *slowSweeps) Sweep(ctx context.Context, limit int) (int, time.Duration, error) {
 	s.calls.Add(1)
+	s.mu.Lock()
+	s.limits = append(s.limits, limit)
+	s.mu.Unlock()
 	time.Sleep(100 * time.Millisecond)
 	return limit, time.Hour, nil
 }
 
 // A sweep that runs out of its time with expired keys left says so (a
 // report marked Behind, a warning), and the next write sweeps again at
-// once, not a SweepInterval later.
+// once, not a SweepInterval later. Full batches double, up to 16 times
+// SweepBatch, and the next sweep starts where the last one stopped.
 func TestSweepBehindSweepsAgain(t *testing.T) {
 	b := sqliteBackend(t)
 	store := &slowSweeps{Store: b.store}
@@ -119,7 +126,18 @@ func TestSweepBehindSweepsAgain(t *testing.T) {
 	defer mu.Unlock()
 	require.Len(t, reports, 2)
 	assert.True(t, reports[0].Behind)
-	assert.Equal(t, int(calls)*1000, reports[0].Deleted)
+	store.mu.Lock()
+	limits := slices.Clone(store.limits)
+	store.mu.Unlock()
+	deleted := 0
+	for i, l := range limits {
+		want := min(1000<<i, 16000)
+		assert.Equal(t, want, l, "batch %d", i)
+		if i < int(calls) {
+			deleted += l
+		}
+	}
+	assert.Equal(t, deleted, reports[0].Deleted)
 	assert.Equal(t, time.Hour, reports[0].Lag)
 	assert.Equal(t, -1, reports[0].Kept, "a store that is no KeyCounter (this wrapper) does not count")
 	assert.Contains(t, logs.String(), "level=WARN msg=\"idempotency: sweep behind: expired keys left\"")
