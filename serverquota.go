@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/resilienthttp/resilience/internal/headers"
+	"github.com/resilienthttp/resilience/internal/httpcache"
 )
 
 // Pacing by the server's own signal. A host (the handler, or each
@@ -39,6 +40,13 @@ import (
 //
 // Retries and hedges of a call spend from the quota but do not wait for it:
 // a retry after a 429 waits for its Retry-After, as before.
+//
+// An answer a cache served (servedFromCache: X-From-Cache, or an Age of a
+// second or more) says what the quota was when it was stored, not now: it
+// is not read at all, neither its quota nor a 429's Retry-After. Every
+// answer read was generated for its request, so a reset given as a time is
+// measured from its Date, the server's clock when it answered, and one
+// given in seconds from its arrival.
 //
 // Until a response carries a quota or a 429 with Retry-After, a call pays
 // two atomic additions and, per response, three header lookups.
@@ -133,6 +141,10 @@ func (q *serverQuota) pauseFor(now time.Time, d time.Duration) {
 // does (RateLimitOptions.PauseOn429). No pause or reset is kept longer than
 // most.
 func (q *serverQuota) observe(resp *http.Response, h http.Header, sentAt, now time.Time, most time.Duration, anyTooMany bool) {
+	if servedFromCache(h) {
+		q.sending.Add(-1)
+		return
+	}
 	r, announced := headers.ReadQuota(h, now)
 	var pause time.Duration
 	if resp.StatusCode == http.StatusTooManyRequests && (announced || anyTooMany) {
@@ -149,6 +161,19 @@ func (q *serverQuota) observe(resp *http.Response, h http.Header, sentAt, now ti
 	if pause > 0 {
 		q.yield(now.Add(pause))
 	}
+}
+
+// servedFromCache reports whether h, a response's header, says that a
+// cache served the response: an X-From-Cache field (as gregjones/httpcache
+// and its forks mark what they serve from their store), or an Age of a
+// second or more (RFC 9111 section 5.1: the origin neither generated nor
+// validated it for this request). Its quota fields, and its Retry-After,
+// were the server's word Age seconds ago, or when the cache stored it, and
+// may no longer hold: the RateLimit draft (section 7.3) asks that they be
+// ignored, and so they are, whatever they say. An Age of 0 is a cache
+// passing on what the origin has just generated: it is read.
+func servedFromCache(h http.Header) bool {
+	return headers.Has(h, "X-From-Cache") || httpcache.ReceivedAge(h) > 0
 }
 
 // yield ends the current window at until, the end of a 429's Retry-After,
