@@ -38,6 +38,11 @@ import (
 // this client may overrun it by the calls it has on their way when the
 // others spend the last of it.
 //
+// An answer that names the resource its quota is scoped to
+// (X-RateLimit-Resource, the draft's partition key) says nothing of the
+// other calls: it is not counted here, but in q.scoped, which holds back
+// only the calls known to count against it (quotascope.go).
+//
 // Retries and hedges of a call spend from the quota but do not wait for it:
 // a retry after a 429 waits for its Retry-After, as before.
 //
@@ -49,7 +54,8 @@ import (
 // given in seconds from its arrival.
 //
 // Until a response carries a quota or a 429 with Retry-After, a call pays
-// two atomic additions and, per response, three header lookups.
+// two atomic additions, three atomic loads (one of them q.scoped's) and,
+// per response, three header lookups.
 
 // maxServerWait is the longest pause or reset the handler keeps, when
 // Retry.MaxRetryAfter does not set another: a server that announces a
@@ -61,6 +67,7 @@ type serverQuota struct {
 	active  atomic.Bool               // a response announced a quota or a pause: until then nothing is paced
 	pause   atomic.Pointer[time.Time] // no call is admitted before, after a 429 with Retry-After
 	sending atomic.Int64              // attempts sent whose response headers have not come
+	scoped  scopedQuotas              // the refusals of quotas scoped to a resource (quotascope.go)
 
 	mu         sync.Mutex
 	resetAt    time.Time     // when the current window ends; zero: no window known, calls go
@@ -133,19 +140,25 @@ func (q *serverQuota) pauseFor(now time.Time, d time.Duration) {
 	q.active.Store(true)
 }
 
-// observe reads what resp, the answer at now to an attempt sent at sentAt
-// (zero if the quota was not followed yet), says of the quota; h is its
-// header with canonical names. A 429's
+// observe reads what resp, the answer at now to an attempt of req sent at
+// sentAt (zero if the quota was not followed yet), says of the quota; h is
+// its header with canonical names. A quota scoped to a resource is
+// q.scoped's. A 429's
 // Retry-After pauses every call when the response announces a quota too
 // (the draft gives Retry-After precedence over its reset), or when any 429
 // does (RateLimitOptions.PauseOn429). No pause or reset is kept longer than
 // most.
-func (q *serverQuota) observe(resp *http.Response, h http.Header, sentAt, now time.Time, most time.Duration, anyTooMany bool) {
+func (q *serverQuota) observe(req *http.Request, resp *http.Response, h http.Header, sentAt, now time.Time, most time.Duration, anyTooMany bool) {
 	if servedFromCache(h) {
 		q.sending.Add(-1)
 		return
 	}
 	r, announced := headers.ReadQuota(h, now)
+	if announced && r.Resource != "" {
+		q.sending.Add(-1)
+		q.scoped.observe(req, resp, r, now, most)
+		return
+	}
 	var pause time.Duration
 	if resp.StatusCode == http.StatusTooManyRequests && (announced || anyTooMany) {
 		if d, ok := headers.RetryAfter(resp, now); ok && d > 0 {
@@ -257,21 +270,34 @@ func (cfg *config) maxServerWait() time.Duration {
 }
 
 // paceServer admits the call by the quota its upstream announced, waiting
-// for the reset or refusing the call as RateLimitOptions.Wait says.
-func (c admitting) paceServer() error {
+// for the reset or refusing the call as RateLimitOptions.Wait says, and
+// reports whether a quota scoped to a resource held it back.
+func (c admitting) paceServer() (held bool, err error) {
 	if !c.cfg.followsServer() {
-		return nil
+		return false, nil
 	}
 	q := &c.s.quota
 	for q.active.Load() {
 		wait := q.take(time.Now())
 		if wait <= 0 {
 			c.quotaTaken = true
-			return nil
+			break
 		}
 		if err := c.pace(limitServer, wait); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	if s := &q.scoped; s.until.Load() != 0 {
+		for now := time.Now(); s.maybe(now); now = time.Now() {
+			wait := s.held(c.req, now)
+			if wait <= 0 {
+				break
+			}
+			held = true
+			if err := c.pace(limitServer, wait); err != nil {
+				return held, err
+			}
+		}
+	}
+	return held, nil
 }
