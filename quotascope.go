@@ -75,6 +75,7 @@ type quotaRoute struct {
 // A scopedPause is a resource's pause after a refusal.
 type scopedPause struct {
 	until time.Time
+	said  *serverAnswer // the refusal
 }
 
 // maybe reports whether a pause may hold back a call at now: the cheap
@@ -121,25 +122,27 @@ func (s *scopedQuotas) principal(req *http.Request) uint64 {
 }
 
 // held returns how long the pause of a resource that req's route is known
-// to count against has yet to run at now, or 0.
-func (s *scopedQuotas) held(req *http.Request, now time.Time) time.Duration {
+// to count against has yet to run at now, or 0, and the refusal that
+// started it.
+func (s *scopedQuotas) held(req *http.Request, now time.Time) (time.Duration, *serverAnswer) {
 	rt, ok := s.route(req)
 	if !ok {
-		return 0
+		return 0, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if p := s.routes[rt]; p != nil {
-		return max(0, p.until.Sub(now))
+	if p := s.routes[rt]; p != nil && p.until.After(now) {
+		return p.until.Sub(now), p.said
 	}
-	return 0
+	return 0, nil
 }
 
-// observe reads resp, the answer at now to req, which announced r, a
-// quota scoped to r.Resource: a refusal pauses the resource for its
-// principal, at most for most, and makes req's route known to count
-// against it; an answer with some left ends that pause.
-func (s *scopedQuotas) observe(req *http.Request, resp *http.Response, r headers.Quota, now time.Time, most time.Duration) {
+// observe reads resp, the answer at now to req, whose header with
+// canonical names h announced r, a quota scoped to r.Resource: a refusal
+// pauses the resource for its principal, at most for most, and makes
+// req's route known to count against it; an answer with some left ends
+// that pause.
+func (s *scopedQuotas) observe(req *http.Request, resp *http.Response, h http.Header, r headers.Quota, now time.Time, most time.Duration) {
 	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusForbidden {
 		if r.Remaining > 0 && s.maybe(now) {
 			s.lift(req, r.Resource)
@@ -155,12 +158,12 @@ func (s *scopedQuotas) observe(req *http.Request, resp *http.Response, r headers
 	if wait <= 0 || req == nil {
 		return // nothing to wait for: the next call goes
 	}
-	s.pause(req, r.Resource, now, now.Add(min(wait, most)))
+	s.pause(req, r.Resource, now, now.Add(min(wait, most)), keepAnswer(resp, h, quotaName(r), r.Resource))
 }
 
-// pause pauses resource for req's principal until until, and makes req's
-// route known to count against it, as room allows.
-func (s *scopedQuotas) pause(req *http.Request, resource string, now, until time.Time) {
+// pause pauses resource for req's principal until until, after the refusal
+// said, and makes req's route known to count against it, as room allows.
+func (s *scopedQuotas) pause(req *http.Request, resource string, now, until time.Time, said *serverAnswer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.resources == nil {
@@ -182,7 +185,7 @@ func (s *scopedQuotas) pause(req *http.Request, resource string, now, until time
 		p = &scopedPause{}
 		s.resources[key] = p
 	}
-	p.until = until // the server's latest word
+	p.until, p.said = until, said // the server's latest word
 	if s.routes[rt] != p {
 		if _, known := s.routes[rt]; known || len(s.routes) < maxScopedRoutes || s.sweepLocked(now) {
 			rt.method, rt.host, rt.path = strings.Clone(rt.method), strings.Clone(rt.host), strings.Clone(rt.path)

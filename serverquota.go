@@ -80,6 +80,8 @@ type serverQuota struct {
 	windowSaid bool          // window was announced
 	anchorLeft int64         // what the answer that showed the window said was left
 	anchorAt   time.Time     // when it came
+	said       *serverAnswer // the answer that showed the window, or said none was left
+	pauseSaid  *serverAnswer // the 429 that asked for the pause
 }
 
 // take admits a call at now, counting it, or returns how long until the
@@ -156,13 +158,18 @@ func (q *serverQuota) observe(req *http.Request, resp *http.Response, h http.Hea
 	r, announced := headers.ReadQuota(h, now)
 	if announced && r.Resource != "" {
 		q.sending.Add(-1)
-		q.scoped.observe(req, resp, r, now, most)
+		q.scoped.observe(req, resp, h, r, now, most)
 		return
 	}
 	var pause time.Duration
 	if resp.StatusCode == http.StatusTooManyRequests && (announced || anyTooMany) {
 		if d, ok := headers.RetryAfter(resp, now); ok && d > 0 {
 			pause = min(d, most)
+			name := "Retry-After"
+			if announced {
+				name = quotaName(r)
+			}
+			q.keep(&q.pauseSaid, keepAnswer(resp, h, name, ""))
 			q.pauseFor(now, pause)
 		}
 	}
@@ -170,7 +177,9 @@ func (q *serverQuota) observe(req *http.Request, resp *http.Response, h http.Hea
 		q.sending.Add(-1)
 		return
 	}
-	q.update(r, sentAt, now, most)
+	if q.update(r, sentAt, now, most) {
+		q.keep(&q.said, keepAnswer(resp, h, quotaName(r), ""))
+	}
 	if pause > 0 {
 		q.yield(now.Add(pause))
 	}
@@ -204,8 +213,9 @@ func (q *serverQuota) yield(until time.Time) {
 // update applies r, the quota announced in the answer at now to an attempt
 // sent at sentAt, and counts that attempt's end: under q.mu, so that an
 // answer never finds an attempt gone from sending whose own answer it has
-// not yet seen.
-func (q *serverQuota) update(r headers.Quota, sentAt, now time.Time, most time.Duration) {
+// not yet seen. It reports whether the answer is one a refusal would rest
+// on: it showed the window, or said none was left in it.
+func (q *serverQuota) update(r headers.Quota, sentAt, now time.Time, most time.Duration) (kept bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.sending.Add(-1)
@@ -225,11 +235,11 @@ func (q *serverQuota) update(r headers.Quota, sentAt, now time.Time, most time.D
 	}
 	q.rollLocked(now)
 	if sentAt.Before(q.started) {
-		return // the answer to an attempt of a window that has ended
+		return false // the answer to an attempt of a window that has ended
 	}
 	if !r.HasReset {
 		q.remaining = min(q.remaining, r.Remaining) // nothing to wait for unless a window is known
-		return
+		return r.Remaining == 0 || q.said == nil
 	}
 	ends, slack := now.Add(r.Reset), q.window/2
 	switch {
@@ -239,9 +249,9 @@ func (q *serverQuota) update(r headers.Quota, sentAt, now time.Time, most time.D
 		q.resetAt, q.predicted = ends, false
 		q.remaining = r.Remaining - q.sending.Load()
 		q.anchorLeft, q.anchorAt = r.Remaining, now
-		return
+		return true
 	case ends.Before(q.resetAt.Add(-slack)):
-		return // the answer of an earlier window
+		return false // the answer of an earlier window
 	}
 	if sentAt.Before(q.anchorAt) && r.Remaining > q.anchorLeft {
 		// On its way when the window was first seen, and so taken off it,
@@ -253,6 +263,25 @@ func (q *serverQuota) update(r headers.Quota, sentAt, now time.Time, most time.D
 	if q.predicted || ends.Before(q.resetAt) {
 		q.resetAt, q.predicted = ends, false
 	}
+	return r.Remaining == 0 || q.said == nil
+}
+
+// keep makes a, built outside the lock, the answer *at.
+func (q *serverQuota) keep(at **serverAnswer, a *serverAnswer) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	*at = a
+}
+
+// answer is the answer a refusal at now rests on: the pause's while it
+// runs, the window's otherwise.
+func (q *serverQuota) answer(now time.Time) *serverAnswer {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if p := q.pause.Load(); p != nil && p.After(now) && q.pauseSaid != nil {
+		return q.pauseSaid
+	}
+	return q.said
 }
 
 // followsServer reports whether calls under cfg follow the server's quota.
@@ -278,23 +307,24 @@ func (c admitting) paceServer() (held bool, err error) {
 	}
 	q := &c.s.quota
 	for q.active.Load() {
-		wait := q.take(time.Now())
+		now := time.Now()
+		wait := q.take(now)
 		if wait <= 0 {
 			c.quotaTaken = true
 			break
 		}
-		if err := c.pace(limitServer, wait); err != nil {
+		if err := c.pace(limitServer, wait, q.answer(now)); err != nil {
 			return false, err
 		}
 	}
 	if s := &q.scoped; s.until.Load() != 0 {
 		for now := time.Now(); s.maybe(now); now = time.Now() {
-			wait := s.held(c.req, now)
+			wait, said := s.held(c.req, now)
 			if wait <= 0 {
 				break
 			}
 			held = true
-			if err := c.pace(limitServer, wait); err != nil {
+			if err := c.pace(limitServer, wait, said); err != nil {
 				return held, err
 			}
 		}

@@ -187,36 +187,40 @@ func TestScopedQuotasBounded(t *testing.T) {
 		}
 		return req
 	}
+	heldFor := func(req *http.Request, now time.Time) time.Duration {
+		d, _ := s.held(req, now)
+		return d
+	}
 	assert.False(t, s.maybe(t0), "nothing kept: nothing looked up")
 
 	// Resources: at most maxScopedResources paused at once.
 	for i := 0; i < maxScopedResources+8; i++ {
-		s.pause(get(fmt.Sprint("r/", i), ""), fmt.Sprint("resource-", i), t0, t0.Add(time.Minute))
+		s.pause(get(fmt.Sprint("r/", i), ""), fmt.Sprint("resource-", i), t0, t0.Add(time.Minute), nil)
 	}
 	assert.Len(t, s.resources, maxScopedResources)
-	assert.Equal(t, time.Minute, s.held(get("r/0", ""), t0))
-	assert.Zero(t, s.held(get(fmt.Sprint("r/", maxScopedResources), ""), t0), "not kept: the server decides")
-	assert.Zero(t, s.held(get("r/0", "another"), t0), "another principal's call")
-	assert.Zero(t, s.held(get("r/00", ""), t0), "another route")
+	assert.Equal(t, time.Minute, heldFor(get("r/0", ""), t0))
+	assert.Zero(t, heldFor(get(fmt.Sprint("r/", maxScopedResources), ""), t0), "not kept: the server decides")
+	assert.Zero(t, heldFor(get("r/0", "another"), t0), "another principal's call")
+	assert.Zero(t, heldFor(get("r/00", ""), t0), "another route")
 
 	// Once they have ended, new pauses make room.
 	later := t0.Add(2 * time.Minute)
-	s.pause(get("late", ""), "late", later, later.Add(time.Second))
+	s.pause(get("late", ""), "late", later, later.Add(time.Second), nil)
 	assert.Len(t, s.resources, 1)
 	assert.Len(t, s.routes, 1)
-	assert.Equal(t, time.Second, s.held(get("late", ""), later))
+	assert.Equal(t, time.Second, heldFor(get("late", ""), later))
 
 	// Routes: at most maxScopedRoutes, none longer than maxScopedRouteBytes.
 	for i := 0; i < maxScopedRoutes+8; i++ {
-		s.pause(get(fmt.Sprint("late/", i), ""), "late", later, later.Add(time.Second))
+		s.pause(get(fmt.Sprint("late/", i), ""), "late", later, later.Add(time.Second), nil)
 	}
 	assert.Len(t, s.routes, maxScopedRoutes)
 	long := get(strings.Repeat("p", maxScopedRouteBytes), "")
 	s.lift(get("late", ""), "late")
-	s.pause(long, "long", later, later.Add(time.Second))
-	assert.Zero(t, s.held(long, later), "a route too long is not kept")
+	s.pause(long, "long", later, later.Add(time.Second), nil)
+	assert.Zero(t, heldFor(long, later), "a route too long is not kept")
 
 	// A later answer with some of the quota left ends the pause.
-	assert.Zero(t, s.held(get("late", ""), later), "lifted")
-	assert.Zero(t, s.held(get("late/1", ""), later))
+	assert.Zero(t, heldFor(get("late", ""), later), "lifted")
+	assert.Zero(t, heldFor(get("late/1", ""), later))
 }
