@@ -214,7 +214,7 @@ func (q *serverQuota) yield(until time.Time) {
 // sent at sentAt, and counts that attempt's end: under q.mu, so that an
 // answer never finds an attempt gone from sending whose own answer it has
 // not yet seen. It reports whether the answer is one a refusal would rest
-// on: it showed the window, or said none was left in it.
+// on: the first of its window, or one that said none was left in it.
 func (q *serverQuota) update(r headers.Quota, sentAt, now time.Time, most time.Duration) (kept bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -260,10 +260,11 @@ func (q *serverQuota) update(r headers.Quota, sentAt, now time.Time, most time.D
 		q.remaining++
 	}
 	q.remaining = min(q.remaining, r.Remaining)
+	kept = r.Remaining == 0 || q.said == nil || q.predicted // the first answer of a window, once per window
 	if q.predicted || ends.Before(q.resetAt) {
 		q.resetAt, q.predicted = ends, false
 	}
-	return r.Remaining == 0 || q.said == nil
+	return kept
 }
 
 // keep makes a, built outside the lock, the answer *at.

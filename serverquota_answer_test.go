@@ -132,3 +132,40 @@ func TestServerQuotaKeptAnswerIsBounded(t *testing.T) {
 	assert.NotEmpty(t, kept.Get("X-RateLimit-Reset"))
 	assert.Empty(t, kept.Values("Set-Cookie"))
 }
+
+// The answer a refusal of a quota of every call rests on is of the current
+// window: the first answer of each window, or a later one that said none
+// was left; never one that says nothing new.
+func TestServerQuotaKeepsTheWindowsAnswer(t *testing.T) {
+	var q serverQuota
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	answer := func(rateLimit string, sent, now time.Time) {
+		resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{
+			"Ratelimit":        {rateLimit},
+			"Ratelimit-Policy": {`"w";q=3;w=1`},
+		}}
+		q.sending.Add(1)
+		q.observe(nil, resp, resp.Header, sent, now, time.Minute, false)
+	}
+	kept := func() string {
+		a := q.answer(t0)
+		require.NotNil(t, a)
+		return a.resp.Header.Get("RateLimit")
+	}
+
+	answer(`"w";r=2;t=1`, time.Time{}, t0)
+	assert.Equal(t, `"w";r=2;t=1`, kept(), "the answer that showed the window")
+	assert.Zero(t, q.take(at(10*time.Millisecond)))
+	answer(`"w";r=1;t=0.9`, at(10*time.Millisecond), at(100*time.Millisecond))
+	assert.Equal(t, `"w";r=2;t=1`, kept(), "an answer that says nothing new is not kept")
+	answer(`"w";r=0;t=0.8`, at(150*time.Millisecond), at(200*time.Millisecond))
+	assert.Equal(t, `"w";r=0;t=0.8`, kept(), "the answer that said none was left")
+
+	// The next window, predicted at the reset, then confirmed by its first
+	// answer.
+	assert.Zero(t, q.take(at(1050*time.Millisecond)))
+	answer(`"w";r=2;t=0.9`, at(1050*time.Millisecond), at(1100*time.Millisecond))
+	assert.Equal(t, `"w";r=2;t=0.9`, kept(), "the first answer of the new window")
+	assert.Equal(t, "w", q.answer(t0).quota)
+}
