@@ -178,7 +178,10 @@ func (s *scopedQuotas) pause(req *http.Request, resource string, now, until time
 	key := scopedResource{name: resource, cred: rt.cred}
 	p := s.resources[key]
 	if p == nil {
-		if len(s.resources) >= maxScopedResources && !s.sweepLocked(now) {
+		if len(s.resources) >= maxScopedResources {
+			s.sweepLocked(now)
+		}
+		if len(s.resources) >= maxScopedResources {
 			return // full of running pauses: the server decides
 		}
 		key.name = strings.Clone(key.name)
@@ -186,11 +189,12 @@ func (s *scopedQuotas) pause(req *http.Request, resource string, now, until time
 		s.resources[key] = p
 	}
 	p.until, p.said = until, said // the server's latest word
-	if s.routes[rt] != p {
-		if _, known := s.routes[rt]; known || len(s.routes) < maxScopedRoutes || s.sweepLocked(now) {
-			rt.method, rt.host, rt.path = strings.Clone(rt.method), strings.Clone(rt.host), strings.Clone(rt.path)
-			s.routes[rt] = p
-		}
+	if _, known := s.routes[rt]; !known && len(s.routes) >= maxScopedRoutes {
+		s.sweepLocked(now)
+	}
+	if _, known := s.routes[rt]; known || len(s.routes) < maxScopedRoutes {
+		rt.method, rt.host, rt.path = strings.Clone(rt.method), strings.Clone(rt.host), strings.Clone(rt.path)
+		s.routes[rt] = p
 	}
 	for {
 		u := s.until.Load()
@@ -217,20 +221,16 @@ func (s *scopedQuotas) lift(req *http.Request, resource string) {
 }
 
 // sweepLocked forgets the pauses that have ended at now, and the routes
-// that point to them, and reports whether it made room. s.mu must be held.
-func (s *scopedQuotas) sweepLocked(now time.Time) bool {
-	freed := false
+// that point to them. s.mu must be held.
+func (s *scopedQuotas) sweepLocked(now time.Time) {
 	for rt, p := range s.routes {
 		if !p.until.After(now) {
 			delete(s.routes, rt)
-			freed = true
 		}
 	}
 	for k, p := range s.resources {
 		if !p.until.After(now) {
 			delete(s.resources, k)
-			freed = true
 		}
 	}
-	return freed
 }

@@ -224,3 +224,26 @@ func TestScopedQuotasBounded(t *testing.T) {
 	assert.Zero(t, heldFor(get("late", ""), later), "lifted")
 	assert.Zero(t, heldFor(get("late/1", ""), later))
 }
+
+// A sweep that frees a resource whose refusal found no room for its route
+// makes no room in the routes: they stay within their bound.
+func TestScopedQuotasRoutesStayBounded(t *testing.T) {
+	var s scopedQuotas
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	get := func(path string) *http.Request {
+		req, err := http.NewRequest(http.MethodGet, "https://api.example/"+path, nil)
+		require.NoError(t, err)
+		return req
+	}
+	for i := 0; i < maxScopedRoutes; i++ {
+		s.pause(get(fmt.Sprint("a/", i)), "a", t0, t0.Add(time.Hour), nil)
+	}
+	s.pause(get("b"), "b", t0, t0.Add(time.Second), nil) // kept, its route not: no room
+	require.Len(t, s.routes, maxScopedRoutes)
+	require.Len(t, s.resources, 2)
+
+	later := t0.Add(time.Minute) // b's pause has ended, a's runs
+	s.pause(get("c"), "c", later, later.Add(time.Second), nil)
+	assert.LessOrEqual(t, len(s.routes), maxScopedRoutes)
+	assert.LessOrEqual(t, len(s.resources), maxScopedResources)
+}
