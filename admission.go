@@ -40,10 +40,12 @@ func (c admitting) admit() (queued bool, err error) {
 	if c.cfg.followsServer() && c.s.quota.active.Load() {
 		queued = true
 	}
-	if err := c.paceServer(); err != nil { // serverquota.go: the server's word first
+	held, err := c.paceServer() // serverquota.go: the server's word first
+	if err != nil {
 		c.releasePermit()
 		return false, err
 	}
+	queued = queued || held
 	if sr := p.rl.Shared; sr != nil && !p.rl.Disabled {
 		queued = true
 		if err := c.paceShared(sr); err != nil { // shared.go

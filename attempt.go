@@ -339,7 +339,7 @@ func (c sending) attemptAnswered(sentAt time.Time, resp *http.Response) {
 			has = headers.HasQuota(h)
 		}
 		if resp.StatusCode == http.StatusTooManyRequests || has {
-			q.observe(resp, h, sentAt, time.Now(), c.cfg.maxServerWait(), c.cfg.RateLimit.PauseOn429)
+			q.observe(c.req, resp, h, sentAt, time.Now(), c.cfg.maxServerWait(), c.cfg.RateLimit.PauseOn429)
 			return
 		}
 	}
