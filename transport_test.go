@@ -1260,10 +1260,12 @@ func TestTransportCancelledCallerFacingIsolatedCircuit(t *testing.T) {
 }
 
 // Issue 8, item 14: an attempt the circuit refused was never sent, and the
-// error does not count it.
+// error does not count it. (The 503's body is too long to keep while the
+// retry waits, so the refusal is the answer: issue 29, item 6.)
 func TestTransportErrorCountsOnlyAttemptsSent(t *testing.T) {
 	up := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write(make([]byte, 1<<20))
 	})
 	rec := &evRecorder{measures: true}
 	c := newTestClient(t, Options{
