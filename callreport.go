@@ -62,7 +62,8 @@ func (c reporting) totalTimeout(cause error) error {
 
 // attemptEnded reports attempt n, begun at start after waiting delay, to
 // observers: its status, or its error, or the deadline that cut it short.
-func (c reporting) attemptEnded(n int, start time.Time, delay time.Duration, resp *http.Response, err, deadline error, ep *endpoint) {
+// From an attempt's own goroutine, rec keeps the event (record).
+func (c reporting) attemptEnded(n int, start time.Time, delay time.Duration, resp *http.Response, err, deadline error, ep *endpoint, rec *attemptEvents) {
 	if !c.cfg.observed() {
 		return
 	}
@@ -76,10 +77,22 @@ func (c reporting) attemptEnded(n int, start time.Time, delay time.Duration, res
 	case resp != nil:
 		e.StatusCode = resp.StatusCode
 	}
+	c.record(rec, e)
+}
+
+// record emits e, an event of the call, or keeps it in rec, when not nil,
+// for the call's goroutine to emit: only that goroutine emits the call's
+// events and writes its Report (a hedge's goroutine passes its own rec).
+func (c *call) record(rec *attemptEvents, e Event) {
+	if rec != nil {
+		rec.add(e)
+		return
+	}
 	c.emit(e)
 }
 
-// emit sends an event about this call.
+// emit sends an event about this call. Only the call's own goroutine calls
+// it (record).
 func (c *call) emit(e Event) {
 	if c.wantsReport() {
 		c.over.report.note(e)
