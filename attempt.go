@@ -59,14 +59,14 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 		if err := c.body.Prepare(c.req, c.repeatable, c.cfg.MaxBufferedBody); err != nil {
 			slot.release(overloadDropped)
 			s.circuit.ReleaseProbe(probe) // the request's own failure
-			return nil, c.errorf(nil, err, ""), true
+			return nil, c.faulted(err), true
 		}
 	}
 	body, getBody, err := c.body.Next()
 	if err != nil {
 		slot.release(overloadDropped)
 		s.circuit.ReleaseProbe(probe)
-		return nil, c.errorf(nil, err, ""), true
+		return nil, c.faulted(err), true
 	}
 
 	ctx, cancel := c.req.Context(), context.CancelCauseFunc(nil)
@@ -115,7 +115,7 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 	case err != nil:
 		if fault := requestFault(sent, err); fault != nil {
 			s.circuit.ReleaseProbe(probe) // says nothing about the upstream
-			return nil, c.errorf(nil, fault, ""), true
+			return nil, c.faulted(fault), true
 		}
 	}
 	c.retryable = c.judge(s, c.attempts == 1, c.budget(), resp, err, nil)

@@ -143,7 +143,7 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 
 	c.repeatable = (c.keyed && cfg.Idempotency.Hedge) || cfg.methods.repeatable(c.req, c.over)
 	if err := c.body.Prepare(c.req, c.repeatable, cfg.MaxBufferedBody); err != nil {
-		return nil, c.errorf(nil, err, "")
+		return nil, c.faulted(err)
 	}
 	hedges := 0
 	if c.repeatable && c.body.Replayable() {
@@ -247,7 +247,7 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 	}
 
 	if err := launch(0, false); err != nil {
-		return nil, c.errorf(nil, err, "")
+		return nil, c.faulted(err) // its body could not be had
 	}
 	var timer *time.Timer
 	var tick <-chan time.Time
@@ -271,7 +271,7 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 				}
 				c.settle(attempts, results, running, last, true, errLostRace)
 				if o.err != nil {
-					return nil, c.errorf(nil, o.err, "")
+					return nil, c.faulted(o.err) // the request's own failure
 				}
 				return o.resp, nil
 			case outcomeRejected:
@@ -312,7 +312,10 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 				}
 			}
 			if running == 0 && last != nil {
-				return retryLoop(c).result(last.resp, last.err) // every attempt failed
+				// Every attempt failed: the call ends on a failure the retry
+				// layer retries (Report.Outcome).
+				c.retryable = true
+				return retryLoop(c).result(last.resp, last.err)
 			}
 		case <-tick:
 			if another(delay, running > 0) || refused {

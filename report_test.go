@@ -2,8 +2,11 @@ package resilience
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -278,4 +281,200 @@ func TestHedgedCallEndingWhileItsFirstAttemptQueues(t *testing.T) {
 		assert.NotEqual(t, up.URL()+"/queued", e.URL(), "no attempt of the queued call was sent: %+v", e)
 	}
 	assert.EqualValues(t, 1, up.requests.Load())
+}
+
+// Issue 29, item 7: Report.Outcome says why a call ended, without the
+// error: a rate-limited call, an attempt timeout, the upstream's 503 after
+// retries, the caller's own cancellation... are told apart, and where the
+// error RoundTrip returns names the same failure (ErrorType), both say it
+// in the same words.
+func TestReportOutcome(t *testing.T) {
+	hang := func(w http.ResponseWriter, r *http.Request, n int) { <-r.Context().Done() }
+	status := func(code int) func(w http.ResponseWriter, r *http.Request, n int) {
+		return func(w http.ResponseWriter, r *http.Request, n int) { http.Error(w, "answer", code) }
+	}
+	noRetry := RetryOptions{Disabled: true}
+	opensOnOneFailure := CircuitBreakerOptions{FailureRatio: 0.5, MinimumThroughput: 1, BreakDuration: time.Hour}
+	cases := []struct {
+		name     string
+		opts     Options
+		upstream func(w http.ResponseWriter, r *http.Request, n int)
+		// call makes the call to url through tr with ctx, the Report's,
+		// after any set-up it needs; nil makes one GET
+		call    func(t *testing.T, tr *Transport, ctx context.Context, url string) (*http.Response, error)
+		want    Outcome
+		status  int
+		flagged func(Report) bool // the Report's flag that says why no retry followed, if one does
+	}{
+		{name: "success", upstream: status(http.StatusOK), want: OutcomeSuccess, status: http.StatusOK},
+		{name: "a 404 is an answer", upstream: status(http.StatusNotFound), want: OutcomeSuccess, status: http.StatusNotFound},
+		{name: "retries ran out on a 503", opts: Options{Retry: RetryOptions{MaxRetries: 1, Delay: time.Millisecond, NoJitter: true}},
+			upstream: status(http.StatusServiceUnavailable), want: OutcomeFailureStatus, status: http.StatusServiceUnavailable},
+		{name: "a POST's 503 is not retried", upstream: status(http.StatusServiceUnavailable),
+			call: func(t *testing.T, tr *Transport, ctx context.Context, url string) (*http.Response, error) {
+				return tr.RoundTrip(newTestRequest(t, ctx, http.MethodPost, url, strings.NewReader("x")))
+			},
+			want: OutcomeFailureStatus, status: http.StatusServiceUnavailable},
+		{name: "the circuit refused the retry of a 503", opts: Options{Retry: quickRetry(), CircuitBreaker: opensOnOneFailure},
+			upstream: status(http.StatusServiceUnavailable), want: OutcomeFailureStatus, status: http.StatusServiceUnavailable,
+			flagged: func(r Report) bool { return r.CircuitRejected }},
+		{name: "the budget refused the retry of a 503",
+			opts:     Options{Retry: RetryOptions{MaxRetries: 1, Delay: time.Millisecond, NoJitter: true}, RetryBudget: RetryBudgetOptions{MaxTokens: 1}},
+			upstream: status(http.StatusServiceUnavailable),
+			call: func(t *testing.T, tr *Transport, ctx context.Context, url string) (*http.Response, error) {
+				resp, err := tr.RoundTrip(newTestRequest(t, context.Background(), http.MethodGet, url, nil)) // spends the token
+				require.NoError(t, err)
+				readBody(t, resp)
+				return tr.RoundTrip(newTestRequest(t, ctx, http.MethodGet, url, nil))
+			},
+			want: OutcomeFailureStatus, status: http.StatusServiceUnavailable, flagged: func(r Report) bool { return r.BudgetRefused }},
+		{name: "hedging: success", opts: Options{Hedging: HedgingOptions{Enabled: true, Delay: time.Hour}},
+			upstream: status(http.StatusOK), want: OutcomeSuccess, status: http.StatusOK},
+		{name: "hedging: every attempt failed", opts: Options{Hedging: HedgingOptions{Enabled: true, MaxHedges: 1, Delay: time.Hour}},
+			upstream: status(http.StatusBadGateway), want: OutcomeFailureStatus, status: http.StatusBadGateway},
+		{name: "attempt timeout", opts: Options{AttemptTimeout: 20 * time.Millisecond, Retry: noRetry},
+			upstream: hang, want: OutcomeAttemptTimeout},
+		{name: "total timeout", opts: Options{TotalTimeout: 50 * time.Millisecond, AttemptTimeout: -1},
+			upstream: hang, want: OutcomeTotalTimeout},
+		{name: "the total timeout cuts the body: the call had ended on its response",
+			opts: Options{TotalTimeout: 50 * time.Millisecond, AttemptTimeout: -1},
+			upstream: func(w http.ResponseWriter, r *http.Request, n int) {
+				_, _ = io.WriteString(w, "start")
+				http.NewResponseController(w).Flush()
+				<-r.Context().Done()
+			},
+			call: func(t *testing.T, tr *Transport, ctx context.Context, url string) (*http.Response, error) {
+				resp, err := tr.RoundTrip(newTestRequest(t, ctx, http.MethodGet, url, nil))
+				require.NoError(t, err)
+				_, err = io.ReadAll(resp.Body)
+				require.ErrorIs(t, err, ErrTotalTimeout)
+				return resp, nil
+			},
+			want: OutcomeSuccess, status: http.StatusOK},
+		{name: "circuit open", upstream: status(http.StatusOK),
+			call: func(t *testing.T, tr *Transport, ctx context.Context, url string) (*http.Response, error) {
+				tr.Handler().IsolateCircuit()
+				return tr.RoundTrip(newTestRequest(t, ctx, http.MethodGet, url, nil))
+			},
+			want: OutcomeCircuitOpen},
+		{name: "overloaded", opts: Options{Overload: OverloadOptions{MinLimit: 1, MaxLimit: 1, InitialLimit: 1, MaxQueueWait: time.Millisecond}},
+			upstream: func(w http.ResponseWriter, r *http.Request, n int) {
+				if n == 1 {
+					<-r.Context().Done()
+				}
+			},
+			call: func(t *testing.T, tr *Transport, ctx context.Context, url string) (*http.Response, error) {
+				holdCtx, release := context.WithCancel(context.Background())
+				held := make(chan struct{})
+				go func() {
+					defer close(held)
+					_, _ = tr.RoundTrip(newTestRequest(t, holdCtx, http.MethodGet, url, nil))
+				}()
+				defer func() { release(); <-held }()
+				require.Eventually(t, func() bool { return tr.Handler().OverloadStats()[""].InFlight == 1 }, 5*time.Second, time.Millisecond)
+				return tr.RoundTrip(newTestRequest(t, ctx, http.MethodGet, url, nil))
+			},
+			want: OutcomeOverloaded},
+		{name: "rate limited", opts: Options{RateLimit: RateLimitOptions{RequestsPerSecond: 0.001, Burst: 1}}, upstream: status(http.StatusOK),
+			call: func(t *testing.T, tr *Transport, ctx context.Context, url string) (*http.Response, error) {
+				resp, err := tr.RoundTrip(newTestRequest(t, context.Background(), http.MethodGet, url, nil)) // the one permit
+				require.NoError(t, err)
+				readBody(t, resp)
+				return tr.RoundTrip(newTestRequest(t, ctx, http.MethodGet, url, nil))
+			},
+			want: OutcomeRateLimited},
+		{name: "canceled by the caller", upstream: hang,
+			call: func(t *testing.T, tr *Transport, ctx context.Context, url string) (*http.Response, error) {
+				ctx, cancel := context.WithCancel(ctx)
+				go func() {
+					time.Sleep(20 * time.Millisecond)
+					cancel()
+				}()
+				return tr.RoundTrip(newTestRequest(t, ctx, http.MethodGet, url, nil))
+			},
+			want: OutcomeCanceled},
+		{name: "the caller's deadline", opts: Options{TotalTimeout: -1, AttemptTimeout: -1}, upstream: hang,
+			call: func(t *testing.T, tr *Transport, ctx context.Context, url string) (*http.Response, error) {
+				ctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+				defer cancel()
+				return tr.RoundTrip(newTestRequest(t, ctx, http.MethodGet, url, nil))
+			},
+			want: OutcomeDeadlineExceeded},
+		{name: "the request's own body failed", upstream: status(http.StatusOK),
+			call: func(t *testing.T, tr *Transport, ctx context.Context, url string) (*http.Response, error) {
+				return tr.RoundTrip(newTestRequest(t, ctx, http.MethodPost, url, &failingReader{data: "partial", err: errors.New("disk on fire")}))
+			},
+			want: OutcomeRequestFault},
+		{name: "connection refused", opts: Options{Retry: noRetry}, upstream: status(http.StatusOK),
+			call: func(t *testing.T, tr *Transport, ctx context.Context, url string) (*http.Response, error) {
+				l, err := net.Listen("tcp", "127.0.0.1:0")
+				require.NoError(t, err)
+				addr := l.Addr().String()
+				l.Close()
+				return tr.RoundTrip(newTestRequest(t, ctx, http.MethodGet, "http://"+addr+"/", nil))
+			},
+			want: OutcomeTransportError},
+		{name: "redirected: the last hop's", opts: Options{Retry: RetryOptions{MaxRetries: 1, Delay: time.Millisecond, NoJitter: true}},
+			upstream: func(w http.ResponseWriter, r *http.Request, n int) {
+				if r.URL.Path == "/" {
+					http.Redirect(w, r, "/there", http.StatusFound)
+					return
+				}
+				http.Error(w, "answer", http.StatusServiceUnavailable)
+			},
+			call: func(t *testing.T, tr *Transport, ctx context.Context, url string) (*http.Response, error) {
+				return (&http.Client{Transport: tr}).Do(newTestRequest(t, ctx, http.MethodGet, url, nil))
+			},
+			want: OutcomeFailureStatus, status: http.StatusServiceUnavailable},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newTestUpstream(t, tc.upstream)
+			tr, err := NewTransport(&http.Transport{}, tc.opts)
+			require.NoError(t, err)
+			defer tr.CloseIdleConnections()
+			call := tc.call
+			if call == nil {
+				call = func(t *testing.T, tr *Transport, ctx context.Context, url string) (*http.Response, error) {
+					return tr.RoundTrip(newTestRequest(t, ctx, http.MethodGet, url, nil))
+				}
+			}
+			var r Report
+			resp, err := call(t, tr, WithReport(context.Background(), &r), up.URL()+"/")
+			if resp != nil {
+				resp.Body.Close()
+			}
+			assert.Equal(t, tc.want, r.Outcome, "%s; err: %v", r.Outcome, err)
+			assert.Equal(t, tc.status, r.StatusCode)
+			if tc.status != 0 {
+				require.NoError(t, err)
+				assert.Equal(t, tc.status, resp.StatusCode)
+			} else {
+				require.Error(t, err)
+				var et interface{ ErrorType() string }
+				if errors.As(err, &et) && tc.want != OutcomeRequestFault && tc.want != OutcomeTransportError {
+					assert.Equal(t, et.ErrorType(), r.Outcome.String(), "the error and the Report name it alike")
+				}
+			}
+			if tc.flagged != nil {
+				assert.True(t, tc.flagged(r), "%+v", r)
+			}
+		})
+	}
+}
+
+// Outcome names itself, as a string and as JSON text.
+func TestOutcomeString(t *testing.T) {
+	for o := OutcomeNone; o <= OutcomeTransportError; o++ {
+		assert.NotEqual(t, "unknown", o.String(), int(o))
+		b, err := o.MarshalText()
+		require.NoError(t, err)
+		assert.Equal(t, o.String(), string(b))
+	}
+	assert.Equal(t, "unknown", Outcome(-1).String())
+	_, err := Outcome(99).MarshalText()
+	assert.ErrorContains(t, err, "unknown outcome 99")
+	b, err := json.Marshal(Report{Outcome: OutcomeRateLimited})
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"Outcome":"rate_limited"`)
 }

@@ -1309,11 +1309,13 @@ func TestTransportReport(t *testing.T) {
 	assert.False(t, r.BudgetRefused)
 	assert.False(t, r.CircuitRejected)
 	assert.Equal(t, up.URL(), r.Endpoint)
+	assert.Equal(t, OutcomeSuccess, r.Outcome)
+	assert.Equal(t, http.StatusOK, r.StatusCode)
 
 	// A call the circuit refuses says so.
 	tr.Handler().IsolateCircuit()
 	var r2 Report
 	_, err = tr.RoundTrip(newTestRequest(t, WithReport(context.Background(), &r2), http.MethodGet, up.URL(), nil))
 	require.ErrorIs(t, err, ErrCircuitOpen)
-	assert.Equal(t, Report{CircuitRejected: true, Endpoint: up.URL()}, r2)
+	assert.Equal(t, Report{Outcome: OutcomeCircuitOpen, CircuitRejected: true, Endpoint: up.URL()}, r2)
 }
