@@ -41,7 +41,7 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 	} else if probe, err = s.circuit.Admit(); err != nil {
 		return nil, reporting(c).rejected(err), true
 	}
-	slot, err := c.takeSlot(c.req.Context(), s, c.attempts+1, true, now)
+	slot, err := c.takeSlot(c.req.Context(), s, c.attempts+1, true, now, nil)
 	if err != nil {
 		s.circuit.ReleaseProbe(probe) // nothing was sent
 		var oe *OverloadError
@@ -59,14 +59,14 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 		if err := c.body.Prepare(c.req, c.repeatable, c.cfg.MaxBufferedBody); err != nil {
 			slot.release(overloadDropped)
 			s.circuit.ReleaseProbe(probe) // the request's own failure
-			return nil, c.errorf(nil, err, ""), true
+			return nil, c.faulted(err), true
 		}
 	}
 	body, getBody, err := c.body.Next()
 	if err != nil {
 		slot.release(overloadDropped)
 		s.circuit.ReleaseProbe(probe)
-		return nil, c.errorf(nil, err, ""), true
+		return nil, c.faulted(err), true
 	}
 
 	ctx, cancel := c.req.Context(), context.CancelCauseFunc(nil)
@@ -90,7 +90,7 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 		}
 		slot.release(o)
 	}
-	reporting(c).attemptEnded(c.attempts, now, waited, resp, err, fired, ep)
+	reporting(c).attemptEnded(c.attempts, now, waited, resp, err, fired, ep, nil)
 
 	switch {
 	case fired == ErrTotalTimeout:
@@ -115,10 +115,10 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 	case err != nil:
 		if fault := requestFault(sent, err); fault != nil {
 			s.circuit.ReleaseProbe(probe) // says nothing about the upstream
-			return nil, c.errorf(nil, fault, ""), true
+			return nil, c.faulted(fault), true
 		}
 	}
-	c.retryable = c.judge(s, c.attempts == 1, c.budget(), resp, err)
+	c.retryable = c.judge(s, c.attempts == 1, c.budget(), resp, err, nil)
 	return resp, err, false
 }
 
@@ -188,11 +188,12 @@ func requestFault(body *httpbody.Sent, err error) error {
 // judge tells s's circuit breaker and the retry budget rb (nil for none: an
 // attempt the budget does not count) how an attempt went (the first of its
 // call, or a later one), and reports whether it is a
-// failure the retry layer would retry. The standard classification
+// failure the retry layer would retry; its event, if any, goes to rec
+// (record). The standard classification
 // (IsTransient) is computed once for all three; with Endpoints it
 // counts an endpoint's own failure (endpointFault) too, which moves the
 // call on to another endpoint.
-func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.Response, err error) (retryable bool) {
+func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.Response, err error, rec *attemptEvents) (retryable bool) {
 	cfg := c.cfg
 	var transient bool
 	if cfg.Retry.ShouldRetry == nil || cfg.CircuitBreaker.ShouldHandle == nil {
@@ -208,7 +209,7 @@ func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.R
 	_, stop, _ := pushbackOf(resp, cfg.Propagation)
 	if stop {
 		retryable = false // the server's word: whatever the rules say, not again
-		c.emit(Event{Kind: EventPushback, StatusCode: resp.StatusCode})
+		c.record(rec, Event{Kind: EventPushback, StatusCode: resp.StatusCode})
 	}
 	if s.circuit.Enabled() {
 		failed := transient
@@ -235,9 +236,9 @@ func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.R
 // if the limiter is on: at now, unless it waits for one. A first attempt, or a retry while the limiter is
 // not shedding, waits for one (queue), at most MaxQueueWait and never past
 // the call's deadline; a hedge only tries. ctx is the attempt's. A refusal
-// is reported (EventOverloadShed) and returned: an *OverloadError, or ctx's
-// error if the caller left while waiting.
-func (c sending) takeSlot(ctx context.Context, s *hostState, n int, queue bool, now time.Time) (overloadSlot, error) {
+// is reported (EventOverloadShed, to rec: record) and returned: an
+// *OverloadError, or ctx's error if the caller left while waiting.
+func (c sending) takeSlot(ctx context.Context, s *hostState, n int, queue bool, now time.Time, rec *attemptEvents) (overloadSlot, error) {
 	l := s.policies.Load().overload
 	if l == nil {
 		return overloadSlot{}, nil
@@ -253,7 +254,7 @@ func (c sending) takeSlot(ctx context.Context, s *hostState, n int, queue bool, 
 	}
 	var oe *OverloadError
 	if errors.As(err, &oe) {
-		c.emit(Event{Kind: EventOverloadShed, Host: s.host, Attempt: n, Err: oe})
+		c.record(rec, Event{Kind: EventOverloadShed, Host: s.host, Attempt: n, Err: oe})
 	}
 	if now, changed := l.overloaded(); changed {
 		kind := EventOverloadEnded

@@ -102,6 +102,7 @@ type callError struct {
 	attempts int
 	detail   string
 	cause    error
+	fault    bool // the request's own failure ended the call (Report.Outcome)
 }
 
 func (e *callError) Error() string {

@@ -508,6 +508,51 @@ func ExampleWithReport() {
 	// Output: status: 200 attempts: 3 waited 20ms or more: true budget refused: false
 }
 
+// Report.Outcome says why a call ended without reading the error: here a
+// call the handler's own rate refused (nothing was sent: try again later,
+// or elsewhere) and one whose attempt got no answer in time (the upstream
+// is slow) are told apart. The String of an Outcome is the name the
+// error's ErrorType gives the same failure.
+func ExampleOutcome() {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // never answers in time
+	}))
+	defer upstream.Close()
+
+	t, err := resilience.NewTransport(nil, resilience.Options{
+		AttemptTimeout: 50 * time.Millisecond,
+		Retry:          resilience.RetryOptions{Disabled: true},
+		RateLimit:      resilience.RateLimitOptions{RequestsPerSecond: 0.01, Burst: 1}, // one call, then one per 100s
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer t.CloseIdleConnections()
+	client := &http.Client{Transport: t}
+
+	for range 2 {
+		var report resilience.Report
+		req, err := http.NewRequestWithContext(resilience.WithReport(context.Background(), &report), http.MethodGet, upstream.URL, nil)
+		if err != nil {
+			panic(err)
+		}
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+		switch report.Outcome {
+		case resilience.OutcomeRateLimited:
+			fmt.Println(report.Outcome, "- refused here, nothing sent:", report.Attempts, "attempts")
+		case resilience.OutcomeAttemptTimeout:
+			fmt.Println(report.Outcome, "- the upstream did not answer in time:", report.Attempts, "attempt")
+		default:
+			fmt.Println(report.Outcome, report.StatusCode)
+		}
+	}
+	// Output:
+	// attempt_timeout - the upstream did not answer in time: 1 attempt
+	// rate_limited - refused here, nothing sent: 0 attempts
+}
+
 // Hedging across endpoints: the primary replica is stuck, so the hedge goes
 // to the secondary after Delay and its answer wins; the primary's attempt
 // is cancelled. The request names the upstream; each attempt's URL is the
