@@ -3,6 +3,7 @@ package resilience
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/bulkhead"
@@ -39,10 +40,12 @@ func (c admitting) admit() (queued bool, err error) {
 	if c.cfg.followsServer() && c.s.quota.active.Load() {
 		queued = true
 	}
-	if err := c.paceServer(); err != nil { // serverquota.go: the server's word first
+	held, err := c.paceServer() // serverquota.go: the server's word first
+	if err != nil {
 		c.releasePermit()
 		return false, err
 	}
+	queued = queued || held
 	if sr := p.rl.Shared; sr != nil && !p.rl.Disabled {
 		queued = true
 		if err := c.paceShared(sr); err != nil { // shared.go
@@ -62,7 +65,7 @@ func (c admitting) queue(bh bulkhead.Bulkhead[any]) error {
 	max := int64(c.cfg.RateLimit.MaxQueue)
 	defer s.queued.Add(-1)
 	if s.queued.Add(1) > max {
-		return reject(fmt.Sprintf("%d calls in flight and %d queued", c.cfg.RateLimit.MaxConcurrent, max), nil)
+		return reject(admissionFull(c.cfg.RateLimit.MaxConcurrent, c.cfg.RateLimit.MaxQueue), nil)
 	}
 	var err error
 	if c.totalAt.IsZero() {
@@ -74,9 +77,23 @@ func (c admitting) queue(bh bulkhead.Bulkhead[any]) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, bulkhead.ErrFull):
-		return reject("queued for admission until the total timeout", ErrTotalTimeout)
+		return reject("after waiting for admission", ErrTotalTimeout)
 	}
 	return c.errorf(nil, err, "queued for admission")
+}
+
+// admissionFull says why a call found no permit and no room in the queue,
+// for "rate limited with ...": 1 call, 2 calls, none queued.
+func admissionFull(inFlight, queued int) string {
+	calls := "calls"
+	if inFlight == 1 {
+		calls = "call"
+	}
+	q := "none"
+	if queued > 0 {
+		q = strconv.Itoa(queued)
+	}
+	return fmt.Sprintf("with %d %s in flight and %s queued, the most RateLimit.MaxConcurrent and MaxQueue allow", inFlight, calls, q)
 }
 
 func (c *call) releasePermit() {

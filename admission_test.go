@@ -199,11 +199,62 @@ func TestAdmissionQueueBoundedByTotalTimeout(t *testing.T) {
 	_, err = cbGet(t, tr, up.URL)
 	require.ErrorIs(t, err, ErrRateLimited)
 	assert.ErrorIs(t, err, ErrTotalTimeout, "the queue wait ran out of the total timeout")
+	assert.Equal(t, `resilience: handler "adm-test": rate limited after waiting for admission: total timeout`, err.Error(),
+		"it read \"rate limited queued for admission until the total timeout: total timeout\"")
 	assert.GreaterOrEqual(t, time.Since(start), 40*time.Millisecond, "it waited in the queue first")
 	assert.EqualValues(t, 1, up.hits.Load())
 	limited := rec.of(EventRateLimited)
 	require.Len(t, limited, 1)
 	assert.ErrorIs(t, limited[0].Err, ErrTotalTimeout)
+}
+
+// A refusal by admission control reads as English and names the limits
+// to tune, for one call as for many: it read "rate limited 1 calls in
+// flight and 0 queued".
+func TestAdmissionRefusalReads(t *testing.T) {
+	up := admNewUpstream(false)
+	defer up.Close()
+	const tune = ", the most RateLimit.MaxConcurrent and MaxQueue allow"
+	for _, tc := range []struct {
+		limits RateLimitOptions
+		want   string
+	}{
+		{RateLimitOptions{MaxConcurrent: 1}, `resilience: handler "adm-test": rate limited with 1 call in flight and none queued` + tune},
+		{RateLimitOptions{MaxConcurrent: 2}, `resilience: handler "adm-test": rate limited with 2 calls in flight and none queued` + tune},
+		{RateLimitOptions{MaxConcurrent: 1, MaxQueue: 1}, `resilience: handler "adm-test": rate limited with 1 call in flight and 1 queued` + tune},
+		{RateLimitOptions{MaxConcurrent: 1, MaxQueue: 2}, `resilience: handler "adm-test": rate limited with 1 call in flight and 2 queued` + tune},
+	} {
+		h, err := NewHandler(admOptions(&evRecorder{}, tc.limits))
+		require.NoError(t, err)
+		tr := h.Transport(&http.Transport{})
+		var held []*http.Response
+		for range tc.limits.MaxConcurrent { // bodies left open hold their permits
+			resp, err := tr.RoundTrip(newTestRequest(t, context.Background(), http.MethodGet, up.URL, nil))
+			require.NoError(t, err)
+			held = append(held, resp)
+		}
+		queued := make(chan error, tc.limits.MaxQueue)
+		for range tc.limits.MaxQueue {
+			go func() {
+				resp, err := tr.RoundTrip(newTestRequest(t, context.Background(), http.MethodGet, up.URL, nil))
+				if err == nil {
+					resp.Body.Close()
+				}
+				queued <- err
+			}()
+		}
+		require.Eventually(t, func() bool { return h.shared.queued.Load() == int64(tc.limits.MaxQueue) }, 5*time.Second, time.Millisecond)
+		_, err = tr.RoundTrip(newTestRequest(t, context.Background(), http.MethodGet, up.URL, nil))
+		require.ErrorIs(t, err, ErrRateLimited)
+		assert.Equal(t, tc.want, err.Error())
+		for _, resp := range held {
+			resp.Body.Close()
+		}
+		for range tc.limits.MaxQueue {
+			require.NoError(t, <-queued, "a queued call got its permit once the bodies were closed")
+		}
+		tr.CloseIdleConnections()
+	}
 }
 
 func TestAdmissionRequestsPerSecond(t *testing.T) {

@@ -41,7 +41,7 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 	} else if probe, err = s.circuit.Admit(); err != nil {
 		return nil, reporting(c).rejected(err), true
 	}
-	slot, err := c.takeSlot(c.req.Context(), s, c.attempts+1, true, now)
+	slot, err := c.takeSlot(c.req.Context(), s, c.attempts+1, true, now, nil)
 	if err != nil {
 		s.circuit.ReleaseProbe(probe) // nothing was sent
 		var oe *OverloadError
@@ -59,14 +59,14 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 		if err := c.body.Prepare(c.req, c.repeatable, c.cfg.MaxBufferedBody); err != nil {
 			slot.release(overloadDropped)
 			s.circuit.ReleaseProbe(probe) // the request's own failure
-			return nil, c.errorf(nil, err, ""), true
+			return nil, c.faulted(err), true
 		}
 	}
 	body, getBody, err := c.body.Next()
 	if err != nil {
 		slot.release(overloadDropped)
 		s.circuit.ReleaseProbe(probe)
-		return nil, c.errorf(nil, err, ""), true
+		return nil, c.faulted(err), true
 	}
 
 	ctx, cancel := c.req.Context(), context.CancelCauseFunc(nil)
@@ -90,7 +90,7 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 		}
 		slot.release(o)
 	}
-	reporting(c).attemptEnded(c.attempts, now, waited, resp, err, fired, ep)
+	reporting(c).attemptEnded(c.attempts, now, waited, resp, err, fired, ep, nil)
 
 	switch {
 	case fired == ErrTotalTimeout:
@@ -115,10 +115,10 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 	case err != nil:
 		if fault := requestFault(sent, err); fault != nil {
 			s.circuit.ReleaseProbe(probe) // says nothing about the upstream
-			return nil, c.errorf(nil, fault, ""), true
+			return nil, c.faulted(fault), true
 		}
 	}
-	c.retryable = c.judge(s, c.attempts == 1 || c.firstDelivery, c.budget(), resp, err)
+	c.retryable = c.judge(s, c.attempts == 1 || c.firstDelivery, c.budget(), resp, err, nil)
 	return resp, err, false
 }
 
@@ -134,17 +134,23 @@ func (c sending) cancelable() bool {
 // delay (to ep, if routed): a shallow copy of the caller's on ctx carrying
 // body, and the httpbody.Sent that tracks it, if any. For a handler with
 // observers (OnEvent or Logger), AttemptFromContext finds the attempt under
-// the copy's context; one without pays nothing for that. When the copy
+// the copy's context, which shares the copy's allocation (observedRequest):
+// observers cost no allocation where the copy is made anyway. When the copy
 // would be the caller's request field for field, and no endpoint will
-// retarget it, it is the caller's request.
+// retarget it, it is the caller's request, unless an observer needs the
+// attempt's context.
 func (c sending) attemptRequest(ctx context.Context, n int, delay time.Duration, ep *endpoint, body io.ReadCloser, getBody func() (io.ReadCloser, error)) (*http.Request, *httpbody.Sent) {
 	stamped := c.cfg.Propagation.Enabled
+	var r *http.Request
 	if c.cfg.observed() {
-		ctx = &attemptContext{Context: ctx, c: c.call, n: n, delay: delay, ep: ep}
+		o := &observedRequest{ctx: attemptContext{Context: ctx, c: c.call, n: n, delay: delay, ep: ep}}
+		o.req = *c.req.WithContext(&o.ctx) // inlined: the copy is o's, not one more allocation
+		r = &o.req
 	} else if ctx == c.req.Context() && body == nil && getBody == nil && c.req.Body == nil && c.req.GetBody == nil && ep == nil && !stamped {
 		return c.req, nil // nothing of the caller's request would change: send it as it is
+	} else {
+		r = c.req.WithContext(ctx)
 	}
-	r := c.req.WithContext(ctx)
 	if stamped {
 		budget, ok := c.attemptBudget(time.Now())
 		r.Header = stamp(c.req.Header, c.cfg.Propagation.Headers, n, budget, ok)
@@ -182,11 +188,12 @@ func requestFault(body *httpbody.Sent, err error) error {
 // judge tells s's circuit breaker and the retry budget rb (nil for none: an
 // attempt the budget does not count) how an attempt went (the first of its
 // call, or a later one), and reports whether it is a
-// failure the retry layer would retry. The standard classification
+// failure the retry layer would retry; its event, if any, goes to rec
+// (record). The standard classification
 // (IsTransient) is computed once for all three; with Endpoints it
 // counts an endpoint's own failure (endpointFault) too, which moves the
 // call on to another endpoint.
-func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.Response, err error) (retryable bool) {
+func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.Response, err error, rec *attemptEvents) (retryable bool) {
 	cfg := c.cfg
 	var transient bool
 	if cfg.Retry.ShouldRetry == nil || cfg.CircuitBreaker.ShouldHandle == nil {
@@ -202,7 +209,7 @@ func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.R
 	_, stop, _ := pushbackOf(resp, cfg.Propagation)
 	if stop {
 		retryable = false // the server's word: whatever the rules say, not again
-		c.emit(Event{Kind: EventPushback, StatusCode: resp.StatusCode})
+		c.record(rec, Event{Kind: EventPushback, StatusCode: resp.StatusCode})
 	}
 	if s.circuit.Enabled() {
 		failed := transient
@@ -229,9 +236,9 @@ func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.R
 // if the limiter is on: at now, unless it waits for one. A first attempt, or a retry while the limiter is
 // not shedding, waits for one (queue), at most MaxQueueWait and never past
 // the call's deadline; a hedge only tries. ctx is the attempt's. A refusal
-// is reported (EventOverloadShed) and returned: an *OverloadError, or ctx's
-// error if the caller left while waiting.
-func (c sending) takeSlot(ctx context.Context, s *hostState, n int, queue bool, now time.Time) (overloadSlot, error) {
+// is reported (EventOverloadShed, to rec: record) and returned: an
+// *OverloadError, or ctx's error if the caller left while waiting.
+func (c sending) takeSlot(ctx context.Context, s *hostState, n int, queue bool, now time.Time, rec *attemptEvents) (overloadSlot, error) {
 	l := s.policies.Load().overload
 	if l == nil {
 		return overloadSlot{}, nil
@@ -247,7 +254,7 @@ func (c sending) takeSlot(ctx context.Context, s *hostState, n int, queue bool, 
 	}
 	var oe *OverloadError
 	if errors.As(err, &oe) {
-		c.emit(Event{Kind: EventOverloadShed, Host: s.host, Attempt: n, Err: oe})
+		c.record(rec, Event{Kind: EventOverloadShed, Host: s.host, Attempt: n, Err: oe})
 	}
 	if now, changed := l.overloaded(); changed {
 		kind := EventOverloadEnded
@@ -333,7 +340,7 @@ func (c sending) attemptAnswered(sentAt time.Time, resp *http.Response) {
 			has = headers.HasQuota(h)
 		}
 		if resp.StatusCode == http.StatusTooManyRequests || has {
-			q.observe(resp, h, sentAt, time.Now(), c.cfg.maxServerWait(), c.cfg.RateLimit.PauseOn429)
+			q.observe(c.req, resp, h, sentAt, time.Now(), c.cfg.maxServerWait(), c.cfg.RateLimit.PauseOn429)
 			return
 		}
 	}
@@ -342,8 +349,8 @@ func (c sending) attemptAnswered(sentAt time.Time, resp *http.Response) {
 
 // An attemptContext is the context of an attempt's request: the attempt's
 // own context, which it forwards everything to, and what AttemptFromContext
-// says of the attempt. One allocation per attempt carries both, where
-// context.WithValue would take two.
+// says of the attempt: one value carries both, where context.WithValue
+// would take two, and it shares its request's allocation (observedRequest).
 type attemptContext struct {
 	context.Context
 	c     *call
@@ -353,6 +360,15 @@ type attemptContext struct {
 }
 
 type attemptKey struct{}
+
+// An observedRequest is an attempt's request and its attemptContext in one
+// allocation: the request copy an attempt needs anyway (a context of its
+// own for its deadlines, a body to track, an endpoint to retarget it to)
+// carries what AttemptFromContext says of it at no extra allocation.
+type observedRequest struct {
+	req http.Request
+	ctx attemptContext
+}
 
 func (a *attemptContext) Value(key any) any {
 	if key == (attemptKey{}) {

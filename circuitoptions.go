@@ -24,7 +24,8 @@ type CircuitBreakerOptions struct {
 	FailureRatio      float64 // in (0, 1]; default 0.9
 	MinimumThroughput int     // default 100
 
-	// SamplingDuration is at least 1ms and twice AttemptTimeout. Default 30s.
+	// SamplingDuration is at least 1ms and twice AttemptTimeout. Default
+	// 30s, or 2 × AttemptTimeout if longer.
 	SamplingDuration time.Duration
 	BreakDuration    time.Duration // default 1s
 
@@ -71,12 +72,15 @@ func resolveCircuitBreaker(cb *CircuitBreakerOptions, attemptTimeout time.Durati
 		cb.MinimumThroughput = defaultMinimumThroughput
 	}
 	if cb.SamplingDuration == 0 {
-		cb.SamplingDuration = max(defaultSamplingDuration, 2*attemptTimeout)
+		cb.SamplingDuration = max(defaultSamplingDuration, scaled(attemptTimeout, 2))
 	}
 	if cb.BreakDuration == 0 {
 		cb.BreakDuration = defaultBreakDuration
 	}
-	if !cb.Disabled && attemptTimeout > 0 && cb.SamplingDuration < 2*attemptTimeout {
+	// A default attempt timeout yielded to SamplingDuration (resolveTimeouts),
+	// and a default SamplingDuration holds two attempt timeouts: only
+	// explicit values get here.
+	if !cb.Disabled && attemptTimeout > 0 && cb.SamplingDuration < scaled(attemptTimeout, 2) {
 		return bad("CircuitBreaker.SamplingDuration", cb.SamplingDuration,
 			fmt.Sprintf("must be at least twice AttemptTimeout (%v)", attemptTimeout))
 	}

@@ -62,7 +62,7 @@ func LoadConfig(r io.Reader) (Config, error) {
 		if _, err := resolve(o); err != nil {
 			var oe *optionError
 			if errors.As(err, &oe) {
-				reason := goField.ReplaceAllStringFunc(oe.reason, jsonPath)
+				reason := jsonReason(oe.reason)
 				return Config{}, configErr(fmt.Sprintf("%s.%s (%v)", path, jsonPath(oe.field), oe.value), "%s", reason)
 			}
 			return Config{}, configErr(path, "%v", err)

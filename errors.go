@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"reflect"
 	"strings"
@@ -31,13 +32,50 @@ var (
 type RateLimitError struct {
 	Limit      string        // the rate: "local", "shared" or "server"
 	RetryAfter time.Duration // when its next permit is due; 0 if unknown
+
+	// Quota and Resource name the server's quota that refused the call
+	// (Limit "server"). Quota is the IETF draft's policy ("default"), or
+	// else the fields that announced it, "RateLimit" or "X-RateLimit", or
+	// "Retry-After" for a 429's pause. Resource is the resource or
+	// partition the quota is scoped to (X-RateLimit-Resource, the draft's
+	// partition key), "" for a quota of every call. Both are the
+	// upstream's bytes, at most 64 of them.
+	Quota, Resource string
+
+	// Response is the upstream's answer that the server's refusal rests
+	// on: the one that said nothing was left, or asked for the pause (a 429
+	// or 403, as a client library such as go-github reads to build its own
+	// rate-limit error), or, when the count kept here ran out before an
+	// answer said so, the one that announced the window. It is a copy for
+	// this error alone: its Header holds the quota's fields first and at
+	// most 4 KiB in all, never Set-Cookie; its Body is http.NoBody; its
+	// Request is the request refused. Nil for the other rates.
+	Response *http.Response
 }
 
 func (e *RateLimitError) Error() string {
-	if e.RetryAfter <= 0 {
-		return "resilience: over the " + e.Limit + " rate"
+	var b strings.Builder
+	b.WriteString("resilience: over the " + e.Limit + " rate")
+	if e.RetryAfter > 0 {
+		fmt.Fprintf(&b, ", next permit in %v", e.RetryAfter)
 	}
-	return fmt.Sprintf("resilience: over the %s rate, next permit in %v", e.Limit, e.RetryAfter)
+	sep := " ("
+	if e.Quota != "" {
+		fmt.Fprintf(&b, "%squota %q", sep, e.Quota)
+		sep = ", "
+	}
+	if e.Resource != "" {
+		fmt.Fprintf(&b, "%sresource %q", sep, e.Resource)
+		sep = ", "
+	}
+	if e.Response != nil {
+		fmt.Fprintf(&b, "%sstatus %d", sep, e.Response.StatusCode)
+		sep = ", "
+	}
+	if sep != " (" {
+		b.WriteString(")")
+	}
+	return b.String()
 }
 
 // Is reports whether target is ErrRateLimited.
@@ -64,6 +102,7 @@ type callError struct {
 	attempts int
 	detail   string
 	cause    error
+	fault    bool // the request's own failure ended the call (Report.Outcome)
 }
 
 func (e *callError) Error() string {

@@ -284,7 +284,7 @@ func ExampleHealthHandler() {
 	rec := httptest.NewRecorder()
 	resilience.HealthHandler(pricing, carrier).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/health", nil))
 	fmt.Println(rec.Code, rec.Body.String())
-	// Output: 200 {"status":"degraded","handlers":{"carrier":{"circuit":"isolated","reason":"isolated by IsolateCircuit","overload":{"":{"limit":20,"inFlight":0,"queued":0,"latency":0,"refused":0,"overloaded":false}}},"pricing":{"circuit":"closed","overload":{"":{"limit":20,"inFlight":0,"queued":0,"latency":0,"refused":0,"overloaded":false}}}}}
+	// Output: 200 {"status":"degraded","handlers":{"carrier":{"circuit":"isolated","reason":"isolated by IsolateCircuit","overload":{"limit":20,"inFlight":0,"queued":0,"latencyMs":0,"refused":0,"overloaded":false}},"pricing":{"circuit":"closed","overload":{"limit":20,"inFlight":0,"queued":0,"latencyMs":0,"refused":0,"overloaded":false}}}}
 }
 
 func failingUpstream() *httptest.Server {
@@ -506,6 +506,51 @@ func ExampleWithReport() {
 	resp.Body.Close()
 	fmt.Println("status:", resp.StatusCode, "attempts:", report.Attempts, "waited 20ms or more:", report.Waited >= 20*time.Millisecond, "budget refused:", report.BudgetRefused)
 	// Output: status: 200 attempts: 3 waited 20ms or more: true budget refused: false
+}
+
+// Report.Outcome says why a call ended without reading the error: here a
+// call the handler's own rate refused (nothing was sent: try again later,
+// or elsewhere) and one whose attempt got no answer in time (the upstream
+// is slow) are told apart. The String of an Outcome is the name the
+// error's ErrorType gives the same failure.
+func ExampleOutcome() {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // never answers in time
+	}))
+	defer upstream.Close()
+
+	t, err := resilience.NewTransport(nil, resilience.Options{
+		AttemptTimeout: 50 * time.Millisecond,
+		Retry:          resilience.RetryOptions{Disabled: true},
+		RateLimit:      resilience.RateLimitOptions{RequestsPerSecond: 0.01, Burst: 1}, // one call, then one per 100s
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer t.CloseIdleConnections()
+	client := &http.Client{Transport: t}
+
+	for range 2 {
+		var report resilience.Report
+		req, err := http.NewRequestWithContext(resilience.WithReport(context.Background(), &report), http.MethodGet, upstream.URL, nil)
+		if err != nil {
+			panic(err)
+		}
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+		switch report.Outcome {
+		case resilience.OutcomeRateLimited:
+			fmt.Println(report.Outcome, "- refused here, nothing sent:", report.Attempts, "attempts")
+		case resilience.OutcomeAttemptTimeout:
+			fmt.Println(report.Outcome, "- the upstream did not answer in time:", report.Attempts, "attempt")
+		default:
+			fmt.Println(report.Outcome, report.StatusCode)
+		}
+	}
+	// Output:
+	// attempt_timeout - the upstream did not answer in time: 1 attempt
+	// rate_limited - refused here, nothing sent: 0 attempts
 }
 
 // Hedging across endpoints: the primary replica is stuck, so the hedge goes

@@ -27,8 +27,8 @@ type FallbackOptions struct {
 	Enabled  bool          // turns the fallback layer on; default false
 	MaxStale time.Duration // oldest served, its Age included; default 10m
 
-	MaxEntryBytes int64 // largest body kept, at most MaxBytes; default 1 MiB
-	MaxBytes      int64 // the built-in store's bound; default 64 MiB
+	MaxEntryBytes int64 // largest body kept, at most MaxBytes; default 1 MiB, or MaxBytes if less
+	MaxBytes      int64 // the built-in store's bound; default 64 MiB, or MaxEntryBytes if more
 
 	// Header labels a served fallback "stale". Default "X-Resilience-Fallback";
 	// a field the label would overwrite, such as Age or Vary, is an error.
@@ -63,13 +63,18 @@ func resolveFallback(f *FallbackOptions, bad badOption) error {
 	if f.MaxStale == 0 {
 		f.MaxStale = defaultFallbackMaxStale
 	}
-	if f.MaxEntryBytes == 0 {
-		f.MaxEntryBytes = defaultFallbackMaxEntryBytes
+	// Each default bound yields to the other, explicit: an entry bound
+	// fits an explicit MaxBytes, and the store holds an explicit
+	// MaxEntryBytes.
+	switch {
+	case f.MaxEntryBytes == 0 && f.MaxBytes == 0:
+		f.MaxEntryBytes, f.MaxBytes = defaultFallbackMaxEntryBytes, defaultFallbackMaxBytes
+	case f.MaxEntryBytes == 0:
+		f.MaxEntryBytes = min(defaultFallbackMaxEntryBytes, f.MaxBytes)
+	case f.MaxBytes == 0:
+		f.MaxBytes = max(defaultFallbackMaxBytes, f.MaxEntryBytes)
 	}
-	if f.MaxBytes == 0 {
-		f.MaxBytes = defaultFallbackMaxBytes
-	}
-	if f.MaxEntryBytes > f.MaxBytes {
+	if f.MaxEntryBytes > f.MaxBytes { // both explicit
 		return bad("Fallback.MaxEntryBytes", f.MaxEntryBytes, "must not exceed Fallback.MaxBytes ("+strconv.FormatInt(f.MaxBytes, 10)+")")
 	}
 	if f.Header == "" {

@@ -24,6 +24,16 @@ func configErr(path, format string, args ...any) error {
 // goField matches an Options field path in a validation message.
 var goField = regexp.MustCompile(`\b[A-Z][a-z][A-Za-z]*(\.[A-Z][a-z][A-Za-z]*)*\b`)
 
+// jsonReason turns the Options field paths in a validation message into
+// their names in the configuration, leaving quoted values as written.
+func jsonReason(reason string) string {
+	parts := strings.Split(reason, `"`)
+	for i := 0; i < len(parts); i += 2 { // the even parts are outside quotes
+		parts[i] = goField.ReplaceAllStringFunc(parts[i], jsonPath)
+	}
+	return strings.Join(parts, `"`)
+}
+
 // jsonPath turns an Options field path ("Retry.Methods[0]") into its name
 // in the configuration ("retry.methods[0]").
 func jsonPath(field string) string {

@@ -16,12 +16,16 @@ type Health struct {
 
 // HandlerHealth is one handler's part of a Health report: its circuit
 // (closed, half-open, open or isolated), the reason it opened while it is
-// not closed, with PerHost each host's circuit, and its OverloadStats.
+// not closed, with PerHost or Endpoints each host's circuit, and its
+// overload limiter's OverloadStats: the handler's own in Overload, or with
+// PerHost or Endpoints each host's in OverloadByHost, keyed as Hosts is;
+// neither while the limiter is off.
 type HandlerHealth struct {
-	Circuit  string                   `json:"circuit"`
-	Reason   string                   `json:"reason,omitempty"`
-	Hosts    map[string]string        `json:"hosts,omitempty"`
-	Overload map[string]OverloadStats `json:"overload,omitempty"`
+	Circuit        string                   `json:"circuit"`
+	Reason         string                   `json:"reason,omitempty"`
+	Hosts          map[string]string        `json:"hosts,omitempty"`
+	Overload       *OverloadStats           `json:"overload,omitempty"`
+	OverloadByHost map[string]OverloadStats `json:"overloadByHost,omitempty"`
 }
 
 // CheckHealth reports the circuit state of each handler.
@@ -40,8 +44,15 @@ func CheckHealth(handlers ...*Handler) Health {
 				hh.Hosts[host] = s.String()
 			}
 		}
-		hh.Overload = h.OverloadStats()
-		for _, st := range hh.Overload {
+		for host, st := range h.OverloadStats() {
+			if host == "" { // the handler's own: no PerHost, no Endpoints
+				hh.Overload = &st
+			} else {
+				if hh.OverloadByHost == nil {
+					hh.OverloadByHost = make(map[string]OverloadStats)
+				}
+				hh.OverloadByHost[host] = st
+			}
 			if st.Overloaded {
 				report.Status = "degraded" // calls fail fast or are shed, as with an open circuit
 			}

@@ -3,8 +3,10 @@ package resilience
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/resilienthttp/resilience/internal/budget"
@@ -29,6 +31,16 @@ type hedging struct{ *call }
 // errHedgeLost cancels the attempts that lost the race.
 var errHedgeLost = errors.New("resilience: another hedged attempt won")
 
+// The Err of the EventAttempt that reports an attempt still running when
+// its call ended (settle): the call returned another's answer
+// (errLostRace), or failed on its first attempt's refusal (errCallEnded).
+// Both are context.Canceled, as the attempt's own error is once the call
+// cancels it, so that observers class them "canceled".
+var (
+	errLostRace  = fmt.Errorf("%w: %w", errHedgeLost, context.Canceled)
+	errCallEnded = fmt.Errorf("resilience: the hedged call ended without this attempt: %w", context.Canceled)
+)
+
 // What an attempt of a hedged call came to.
 type outcomeKind int
 
@@ -41,11 +53,40 @@ const (
 )
 
 type hedgeOutcome struct {
-	n    int
-	resp *http.Response
-	err  error // for outcomeRejected, why the circuit is open
-	kind outcomeKind
-	ep   int // with Endpoints, the index of the attempt's endpoint
+	n      int
+	resp   *http.Response
+	err    error // for outcomeRejected, why the circuit is open
+	kind   outcomeKind
+	ep     int           // with Endpoints, the index of the attempt's endpoint
+	events attemptEvents // what the attempt's goroutine has to report
+}
+
+// attemptEvents are the events of the call that an attempt's goroutine
+// came to: it keeps them in its outcome (call.record), and the call's loop
+// emits them when it receives the outcome, so that only the call's own
+// goroutine emits its events and writes its Report. An outcome the loop
+// never receives, that of an attempt still running when the call returned,
+// is reported by the loop itself as it returns (settle), and its own
+// events are dropped. An attempt has at most two: EventOverloadShed alone,
+// or EventAttempt and then EventAttemptTimeout or EventPushback.
+type attemptEvents struct {
+	e [2]Event
+	n int
+}
+
+func (a *attemptEvents) add(e Event) {
+	if a.n < len(a.e) {
+		a.e[a.n] = e
+		a.n++
+	}
+}
+
+// emitKept emits the events an attempt's goroutine kept, on the call's
+// goroutine.
+func (c hedging) emitKept(a *attemptEvents) {
+	for i := range a.n {
+		c.emit(a.e[i])
+	}
 }
 
 // A hedgeTarget is where an attempt goes: the request's own host, whose
@@ -69,7 +110,17 @@ type hedgeAttempt struct {
 	cancel context.CancelCauseFunc
 	stop   func() bool // unlinks the attempt from the call context
 	done   bool
+	delay  time.Duration // as EventAttempt says it
+	ep     *endpoint     // nil without Endpoints
+
+	// sent is when the attempt was sent (UnixNano), set by its goroutine
+	// just before; the call's loop, ending while it is still running, sets
+	// it to notSent first if it can: the attempt is then never sent.
+	sent atomic.Int64
 }
+
+// notSent marks a hedgeAttempt that its call gave up before it was sent.
+const notSent = -1
 
 // detachedAttempt returns the context of an attempt of the call whose
 // context is ctx, linked to ctx until stop is called.
@@ -92,7 +143,7 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 
 	c.repeatable = (c.keyed && cfg.Idempotency.Hedge) || cfg.methods.repeatable(c.req, c.over)
 	if err := c.body.Prepare(c.req, c.repeatable, cfg.MaxBufferedBody); err != nil {
-		return nil, c.errorf(nil, err, "")
+		return nil, c.faulted(err)
 	}
 	hedges := 0
 	if c.repeatable && c.body.Replayable() {
@@ -131,6 +182,7 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 			}
 		}
 		actx, a := detachedAttempt(ctx)
+		a.delay, a.ep = delay, t.ep
 		attempts = append(attempts, a)
 		c.attempts++ // taken back if the circuit refuses it
 		running++
@@ -142,7 +194,7 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 			return nil
 		}
 		go func() {
-			results <- c.hedgeAttempt(actx, a.cancel, n, delay, body, getBody, t)
+			results <- c.hedgeAttempt(actx, a, n, delay, body, getBody, t)
 		}()
 		return nil
 	}
@@ -199,7 +251,7 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 	}
 
 	if err := launch(0, false); err != nil {
-		return nil, c.errorf(nil, err, "")
+		return nil, c.faulted(err) // its body could not be had
 	}
 	var timer *time.Timer
 	var tick <-chan time.Time
@@ -220,20 +272,21 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 		case o := <-results:
 			running--
 			attempts[o.n-1].done = true
+			c.emitKept(&o.events)
 			switch o.kind {
 			case outcomeWin:
 				if rt != nil {
 					rt.last = o.ep // the endpoint whose answer the caller gets
 				}
-				c.settle(attempts, results, running, last, true)
+				c.settle(attempts, results, running, last, true, errLostRace)
 				if o.err != nil {
-					return nil, c.errorf(nil, o.err, "")
+					return nil, c.faulted(o.err) // the request's own failure
 				}
 				return o.resp, nil
 			case outcomeRejected:
 				c.attempts-- // never sent
 				if o.n == 1 {
-					c.settle(attempts, results, running, last, false)
+					c.settle(attempts, results, running, last, false, errCallEnded)
 					if rt != nil { // each endpoint's refusal was reported
 						return nil, c.errorf(ErrCircuitOpen, o.err, "on every endpoint")
 					}
@@ -245,7 +298,7 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 			case outcomeShed:
 				c.attempts-- // never sent
 				if o.n == 1 {
-					c.settle(attempts, results, running, last, false)
+					c.settle(attempts, results, running, last, false, errCallEnded)
 					return nil, sending(c).overloadFailure(o.err)
 				}
 			case outcomeFailure:
@@ -282,7 +335,10 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 				}
 			}
 			if running == 0 && last != nil {
-				return retryLoop(c).result(last.resp, last.err) // every attempt failed
+				// Every attempt failed: the call ends on a failure the retry
+				// layer retries (Report.Outcome).
+				c.retryable = true
+				return retryLoop(c).result(last.resp, last.err)
 			}
 		case <-tick:
 			now := time.Now()
@@ -307,7 +363,7 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 				return retryLoop(c).result(last.resp, last.err) // no hedge went
 			}
 		case <-ctx.Done():
-			c.settle(attempts, results, running, last, false)
+			c.settle(attempts, results, running, last, false, context.Cause(ctx)) // the total timeout, or the caller's cause
 			if context.Cause(ctx) == ErrTotalTimeout {
 				return nil, reporting(c).totalTimeout(nil)
 			}
@@ -316,10 +372,14 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 	}
 }
 
-// hedgeAttempt is one attempt of a hedged call, in its own goroutine: under
-// the circuit breaker and the attempt deadline, on its own context. It
-// touches nothing of the call that the main goroutine writes.
-func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFunc, n int, delay time.Duration, body io.ReadCloser, getBody func() (io.ReadCloser, error), t hedgeTarget) hedgeOutcome {
+// hedgeAttempt is one attempt of a hedged call, a's, in its own goroutine:
+// under the circuit breaker and the attempt deadline, on its own context.
+// It touches nothing of the call that the main goroutine writes, and
+// emits nothing: the events it comes to go back in its outcome.
+func (c hedging) hedgeAttempt(ctx context.Context, a *hedgeAttempt, n int, delay time.Duration, body io.ReadCloser, getBody func() (io.ReadCloser, error), t hedgeTarget) (o hedgeOutcome) {
+	var rec attemptEvents
+	defer func() { o.events = rec }()
+	cancel := a.cancel
 	// A hedge that follows a failure claimed a budget token; an outcome that
 	// is not judged settles the claim here. The retry budget counts the
 	// first attempt and those hedges, not the speculative ones.
@@ -350,17 +410,23 @@ func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFun
 			return hedgeOutcome{n: n, kind: outcomeRejected, err: reason}
 		}
 	}
-	slot, err := sending(c).takeSlot(ctx, s, n, n == 1, time.Now()) // the first waits; a hedge only tries
+	slot, err := sending(c).takeSlot(ctx, s, n, n == 1, time.Now(), &rec) // the first waits; a hedge only tries
 	if err != nil {
 		unsent()
 		s.circuit.ReleaseProbe(probe)
 		return hedgeOutcome{n: n, kind: outcomeShed, err: err}
 	}
+	start := time.Now()
+	if !a.sent.CompareAndSwap(0, start.UnixNano()) { // the call ended while it waited: never sent
+		unsent()
+		slot.release(overloadDropped)
+		s.circuit.ReleaseProbe(probe)
+		return hedgeOutcome{n: n, kind: outcomeAbandoned}
+	}
 	var deadline *time.Timer
 	if d := c.attemptLimit; d > 0 {
 		deadline = time.AfterFunc(d, func() { cancel(ErrAttemptTimeout) })
 	}
-	start := time.Now()
 	r, sent := sending(c).attemptRequest(ctx, n, delay, t.ep, body, getBody)
 	if t.ep != nil {
 		t.ep.retarget(r)
@@ -389,7 +455,7 @@ func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFun
 		}
 		slot.release(o)
 	}
-	reporting(c).attemptEnded(n, start, delay, resp, err, cutBy, t.ep)
+	reporting(c).attemptEnded(n, start, delay, resp, err, cutBy, t.ep, &rec)
 	if c.cfg.Hedging.DelayPercentile > 0 && (cause == nil || cause == ErrAttemptTimeout) {
 		c.h.latency.Record(time.Since(start)) // not a loser cut short: it says nothing of the latency
 	}
@@ -402,8 +468,8 @@ func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFun
 		if t.ep != nil {
 			t.ep.label(&e)
 		}
-		c.emit(e)
-		sending(c).judge(s, n == 1, rb, nil, ErrAttemptTimeout)
+		rec.add(e)
+		sending(c).judge(s, n == 1, rb, nil, ErrAttemptTimeout, &rec)
 		return hedgeOutcome{n: n, err: ErrAttemptTimeout, kind: outcomeFailure, ep: t.idx}
 	case cause != nil || (err != nil && c.callerLeft() != nil):
 		settle()
@@ -416,7 +482,7 @@ func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFun
 			return hedgeOutcome{n: n, err: fault, kind: outcomeWin, ep: t.idx}
 		}
 	}
-	if sending(c).judge(s, n == 1, rb, resp, err) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
+	if sending(c).judge(s, n == 1, rb, resp, err, &rec) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
 		return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeFailure, ep: t.idx}
 	}
 	return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeWin, ep: t.idx}
@@ -431,14 +497,34 @@ func (c hedging) hedgeAttempt(ctx context.Context, cancel context.CancelCauseFun
 // drained as a retried response's is, bounded, and only then is its context
 // cancelled. Without grace (the deadline passed, or the caller left) the
 // attempts still running are cancelled at once.
-func (c hedging) settle(attempts []*hedgeAttempt, results <-chan hedgeOutcome, running int, last *hedgeOutcome, grace bool) {
-	for _, a := range attempts {
-		switch {
-		case a.done:
-		case grace:
+//
+// settle runs on the call's goroutine, as the call ends: what the attempts
+// still running come to is never reported, since the caller has its answer
+// by then. Each one already sent is reported now, an EventAttempt whose Err
+// is why the call no longer waits for it (why: errLostRace, the total
+// timeout, the caller's cause); one not yet sent (a first attempt still
+// queued for an overload slot) never will be, and is not counted.
+func (c hedging) settle(attempts []*hedgeAttempt, results <-chan hedgeOutcome, running int, last *hedgeOutcome, grace bool, why error) {
+	for i, a := range attempts {
+		if a.done {
+			continue
+		}
+		if a.sent.CompareAndSwap(0, notSent) {
+			c.attempts--
+			a.cancel(errHedgeLost) // not waited for: it stops waiting for its slot
+			continue
+		}
+		if grace {
 			a.stop()
-		default:
+		} else {
 			a.cancel(errHedgeLost)
+		}
+		if c.cfg.observed() {
+			e := Event{Kind: EventAttempt, Attempt: i + 1, Delay: a.delay, Duration: time.Since(time.Unix(0, a.sent.Load())), Err: why}
+			if a.ep != nil {
+				a.ep.label(&e)
+			}
+			c.emit(e)
 		}
 	}
 	var kept *hedgeAttempt

@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"reflect"
 	"slices"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 // failsafe-go's primitives are fixed when built.
 
 // Options returns the options the handler runs with, defaults filled in: to
-// change one field, change it in them and pass them to Update.
+// change one field, change it in them and pass them to Update, which keeps
+// a default the fields left as they were.
 func (h *Handler) Options() Options {
 	o := h.cfg.Load().Options
 	o.Retry.Methods = slices.Clone(o.Retry.Methods)
@@ -26,17 +28,43 @@ func (h *Handler) Options() Options {
 
 // Update replaces the handler's options with opts, validated as NewHandler
 // does; an invalid value, another Name (an empty one keeps it) or another
-// PerHost.Enabled is an error that changes nothing. Calls in flight keep
-// their options; the handler keeps its circuit, hosts, budget, permits and
-// kept responses (docs/configuration.md). Do not call it from OnEvent or
-// Logger.
+// PerHost.Enabled is an error that changes nothing. A field of opts that
+// holds the default the handler runs with, as Options returns it, stays a
+// default, and yields to the fields changed as NewHandler's defaults do:
+// with the defaults, an AttemptTimeout changed to 40s raises the total
+// timeout to 2m rather than contradict its 30s. Calls in flight keep their
+// options; the handler keeps its circuit, hosts, budget, permits and kept
+// responses (docs/configuration.md). Do not call it from OnEvent or Logger.
 func (h *Handler) Update(opts Options) error {
+	cur := h.cfg.Load()
+	keepDefaults(reflect.ValueOf(&opts).Elem(), reflect.ValueOf(cur.given), reflect.ValueOf(cur.Options))
 	cfg, err := h.prepare(opts)
 	if err != nil {
 		return err
 	}
 	h.commit(cfg)
 	return nil
+}
+
+// keepDefaults sets back to zero, its default, each field of opts that was
+// a default in the options given (zero there) and still holds the value
+// it was resolved to. Slices, maps, functions and interfaces are the
+// caller's as written; no default fills them in.
+func keepDefaults(opts, given, resolved reflect.Value) {
+	switch opts.Kind() {
+	case reflect.Struct:
+		for i := range opts.NumField() {
+			if opts.Type().Field(i).IsExported() {
+				keepDefaults(opts.Field(i), given.Field(i), resolved.Field(i))
+			}
+		}
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64, reflect.String:
+		if given.IsZero() && opts.Equal(resolved) {
+			opts.SetZero()
+		}
+	}
 }
 
 // prepare resolves opts for h and checks that h can take them, changing

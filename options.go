@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"time"
 )
@@ -28,7 +29,8 @@ type Options struct {
 	Overload  OverloadOptions  // the overload limiter, on by default
 
 	// TotalTimeout bounds the call from queueing to reading the body, as
-	// http.Client.Timeout does. Default 30s; negative turns it off.
+	// http.Client.Timeout does. Default 30s, or 3 × an explicit
+	// AttemptTimeout if longer; negative turns it off.
 	TotalTimeout time.Duration
 
 	Retry          RetryOptions          // the retry layer, on by default
@@ -37,7 +39,9 @@ type Options struct {
 	CircuitBreaker CircuitBreakerOptions // the circuit breaker, on by default
 
 	// AttemptTimeout bounds each attempt until its response headers arrive,
-	// at most TotalTimeout. Default 10s; negative turns it off.
+	// at most TotalTimeout. Default 10s, or an explicit TotalTimeout or half
+	// an explicit CircuitBreaker.SamplingDuration if shorter; negative turns
+	// it off.
 	AttemptTimeout time.Duration
 
 	PerHost     PerHostOptions     // per-host isolation, off by default
@@ -78,6 +82,7 @@ type Options struct {
 // config is Options with defaults filled in and validated.
 type config struct {
 	Options
+	given   Options // as written: a zero field is a default (Handler.Update, WithAttemptTimeout)
 	methods methodSet
 	route   *router     // Endpoints resolved; nil without
 	logs    *logSummary // the counts of Logger's summarised kinds; nil without Logger
@@ -87,6 +92,7 @@ type config struct {
 // options are resolved beside it (resolveRateLimit in admission.go, and so
 // on), and what spans layers is resolved here.
 func resolve(o Options) (*config, error) {
+	given := o
 	if o.Name == "" {
 		o.Name = defaultName
 	}
@@ -100,17 +106,8 @@ func resolve(o Options) (*config, error) {
 		return nil, err
 	}
 
-	// Timeouts.
-	if o.TotalTimeout == 0 {
-		o.TotalTimeout = defaultTotalTimeout
-	}
-	if o.AttemptTimeout == 0 {
-		o.AttemptTimeout = defaultAttemptTimeout
-		if o.TotalTimeout > 0 {
-			o.AttemptTimeout = min(o.AttemptTimeout, o.TotalTimeout) // the default yields to a shorter TotalTimeout
-		}
-	}
-	if o.TotalTimeout > 0 && o.AttemptTimeout > o.TotalTimeout {
+	resolveTimeouts(&o)
+	if o.TotalTimeout > 0 && o.AttemptTimeout > o.TotalTimeout { // both explicit: a default yields
 		return nil, bad("AttemptTimeout", o.AttemptTimeout, fmt.Sprintf("must not exceed TotalTimeout (%v)", o.TotalTimeout))
 	}
 
@@ -163,11 +160,49 @@ func resolve(o Options) (*config, error) {
 	if o.MaxBufferedBody == 0 {
 		o.MaxBufferedBody = defaultMaxBufferedBody
 	}
-	cfg := &config{Options: o, methods: methods, route: route}
+	cfg := &config{Options: o, given: given, methods: methods, route: route}
 	if o.Logger != nil {
 		cfg.logs = newLogSummary(o.Logger, o.Name)
 	}
 	return cfg, nil
+}
+
+// totalPerAttempt is how many attempt timeouts the default TotalTimeout
+// holds at least: as many as the defaults' (30s for 10s).
+const totalPerAttempt = defaultTotalTimeout / defaultAttemptTimeout
+
+// resolveTimeouts fills in the default attempt and total timeouts, each
+// yielding to the explicit values it would contradict. The attempt timeout
+// is 10s, or less to fit an explicit TotalTimeout, or half an explicit
+// CircuitBreaker.SamplingDuration, which must hold two. The total timeout
+// is 30s, or three explicit attempt timeouts if that is longer: an
+// explicit AttemptTimeout of 40s gets a total of 2m, time for the slow
+// attempts the defaults allow (three), not one.
+func resolveTimeouts(o *Options) {
+	if o.AttemptTimeout == 0 {
+		o.AttemptTimeout = defaultAttemptTimeout
+		if o.TotalTimeout > 0 {
+			o.AttemptTimeout = min(o.AttemptTimeout, o.TotalTimeout)
+		}
+		if cb := o.CircuitBreaker; !cb.Disabled && cb.SamplingDuration >= time.Millisecond {
+			o.AttemptTimeout = min(o.AttemptTimeout, cb.SamplingDuration/2)
+		}
+	}
+	if o.TotalTimeout == 0 {
+		o.TotalTimeout = defaultTotalTimeout
+		if o.AttemptTimeout > 0 {
+			o.TotalTimeout = max(o.TotalTimeout, scaled(o.AttemptTimeout, totalPerAttempt))
+		}
+	}
+}
+
+// scaled returns n times d, n > 0, saturated at the longest Duration
+// rather than overflowed.
+func scaled(d time.Duration, n time.Duration) time.Duration {
+	if d > math.MaxInt64/n {
+		return math.MaxInt64
+	}
+	return d * n
 }
 
 var optionFields = fieldSet[Options]{

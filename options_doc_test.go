@@ -4,8 +4,10 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -146,4 +148,46 @@ func fieldDocs(t *testing.T) map[string]string {
 		})
 	}
 	return docs
+}
+
+// The layers' order is said in three places, and each says the order the
+// code runs them in (standard.go's roundTrip, then attempt.go: the circuit
+// breaker admits an attempt before the overload limiter gives it a slot):
+// the Options doc, standard.go's comment and the README's defaults table.
+// The README's table had the overload limiter second, after admission.
+func TestLayerOrderAgrees(t *testing.T) {
+	layers := []string{"admission", "total timeout", "retry", "circuit breaker", "overload", "attempt timeout"}
+	read := func(name string) string {
+		data, err := os.ReadFile(name)
+		require.NoError(t, err)
+		return string(data)
+	}
+	// between returns the text of s from the first from to the next to.
+	between := func(s, from, to string) string {
+		_, after, ok := strings.Cut(s, from)
+		require.True(t, ok, "%q not found", from)
+		text, _, ok := strings.Cut(after, to)
+		require.True(t, ok, "%q not found after %q", to, from)
+		return text
+	}
+	for _, src := range []struct {
+		where, text string
+		marks       []string // each layer's name there, in layers' order
+	}{
+		{"the Options doc (options.go)", between(read("options.go"), "The layers, outermost first:", "See docs/defaults.md"),
+			[]string{"RateLimit", "TotalTimeout", "Retry", "CircuitBreaker", "Overload", "AttemptTimeout"}},
+		{"standard.go's comment", between(read("standard.go"), "The standard stack, outermost first:", "One call is one"),
+			[]string{"admission", "total deadline", "retry", "circuit breaker", "overload", "attempt deadline"}},
+		{"README.md's defaults table", between(read("README.md"), "## Defaults", "\n## "),
+			[]string{"\n| admission |", "\n| total timeout |", "\n| retry |", "\n| circuit breaker |", "\n| overload |", "\n| attempt timeout |"}},
+	} {
+		at := make([]int, len(layers))
+		for i, mark := range src.marks {
+			at[i] = strings.Index(src.text, mark)
+			require.GreaterOrEqual(t, at[i], 0, "%s does not name the %s layer (%q)", src.where, layers[i], mark)
+		}
+		got := slices.Clone(layers)
+		sort.SliceStable(got, func(i, j int) bool { return at[slices.Index(layers, got[i])] < at[slices.Index(layers, got[j])] })
+		assert.Equal(t, layers, got, "%s orders the layers differently from the code", src.where)
+	}
 }

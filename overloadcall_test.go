@@ -242,7 +242,7 @@ func TestOverloadVisible(t *testing.T) {
 	assert.Equal(t, OverloadStats{Limit: 1, InFlight: 1, Refused: 3, Overloaded: true}, st)
 	report := CheckHealth(h)
 	assert.Equal(t, "degraded", report.Status)
-	assert.Equal(t, st, report.Handlers["ovl"].Overload[""])
+	assert.Equal(t, &st, report.Handlers["ovl"].Overload, "the handler's own, without PerHost")
 	assert.Equal(t, 1, strings.Count(logs.String(), "\n"), logs.String())
 
 	on := newTestClient(t, Options{})

@@ -201,8 +201,8 @@ func TestOverloadOptionsDefaultsAndValidation(t *testing.T) {
 	}{
 		{OverloadOptions{MinLimit: -1}, `invalid option Overload.MinLimit (-1): must not be negative`},
 		{OverloadOptions{MaxQueueWait: -time.Second}, `invalid option Overload.MaxQueueWait (-1s): must not be negative`},
-		{OverloadOptions{MinLimit: 50, MaxLimit: 10}, `invalid option Overload.MinLimit (50): must not exceed MaxLimit (10)`},
-		{OverloadOptions{InitialLimit: 5000}, `invalid option Overload.InitialLimit (5000): must be between MinLimit (8) and MaxLimit (1000)`},
+		{OverloadOptions{MinLimit: 50, MaxLimit: 10}, `invalid option Overload.MinLimit (50): must not exceed Overload.MaxLimit (10)`},
+		{OverloadOptions{MaxLimit: 100, InitialLimit: 5000}, `invalid option Overload.InitialLimit (5000): must not exceed Overload.MaxLimit (100)`},
 	} {
 		_, err := NewHandler(Options{Name: "x", Overload: tc.o})
 		assert.EqualError(t, err, `resilience: handler "x": `+tc.want)

@@ -20,9 +20,9 @@ const (
 // [ErrOverloaded]; a retry or hedge may be shed. See docs/overload.md.
 type OverloadOptions struct {
 	Disabled     bool          // turns the limiter off; default false
-	MinLimit     int           // fewest attempts in flight allowed; default 8
-	MaxLimit     int           // most allowed, at most 1000000; default 1000
-	InitialLimit int           // where the limit starts; default 20
+	MinLimit     int           // fewest attempts in flight allowed, per process (a fleet's floor is replicas × MinLimit); default 8, or less to fit MaxLimit and InitialLimit
+	MaxLimit     int           // most allowed, at most 1000000; default 1000, or more to fit MinLimit and InitialLimit
+	InitialLimit int           // where the limit starts; default 20, within MinLimit and MaxLimit
 	MaxQueue     int           // how many attempts may wait; default 1000
 	MaxQueueWait time.Duration // longest wait for a slot; default 1s
 }
@@ -57,13 +57,32 @@ func resolveOverload(ov *OverloadOptions, bad badOption) error {
 	case ov.MaxQueueWait < 0:
 		return bad("Overload.MaxQueueWait", ov.MaxQueueWait, "must not be negative")
 	}
-	if ov.MinLimit == 0 {
+	const most = 1_000_000
+	switch {
+	case ov.MinLimit > most:
+		return bad("Overload.MinLimit", ov.MinLimit, "must be at most 1000000")
+	case ov.MaxLimit > most:
+		return bad("Overload.MaxLimit", ov.MaxLimit, "must be at most 1000000")
+	case ov.InitialLimit > most:
+		return bad("Overload.InitialLimit", ov.InitialLimit, "must be at most 1000000")
+	}
+	// Each default limit yields to the explicit ones it would contradict:
+	// MinLimit is 8 or an explicit MaxLimit or InitialLimit under it,
+	// MaxLimit 1000 or an explicit MinLimit or InitialLimit above it, and
+	// InitialLimit 20 within the two.
+	given := *ov
+	if given.MinLimit == 0 {
 		ov.MinLimit = defaultOverloadMinLimit
+		for _, v := range []int{given.MaxLimit, given.InitialLimit} {
+			if v > 0 {
+				ov.MinLimit = min(ov.MinLimit, v)
+			}
+		}
 	}
-	if ov.MaxLimit == 0 {
-		ov.MaxLimit = max(defaultOverloadMaxLimit, ov.MinLimit)
+	if given.MaxLimit == 0 {
+		ov.MaxLimit = max(defaultOverloadMaxLimit, given.MinLimit, given.InitialLimit)
 	}
-	if ov.InitialLimit == 0 {
+	if given.InitialLimit == 0 {
 		ov.InitialLimit = min(max(defaultOverloadInitialLimit, ov.MinLimit), ov.MaxLimit)
 	}
 	if ov.MaxQueue == 0 {
@@ -72,13 +91,14 @@ func resolveOverload(ov *OverloadOptions, bad badOption) error {
 	if ov.MaxQueueWait == 0 {
 		ov.MaxQueueWait = defaultOverloadMaxQueueWait
 	}
+	// Only explicit values can contradict each other here.
 	switch {
 	case ov.MinLimit > ov.MaxLimit:
-		return bad("Overload.MinLimit", ov.MinLimit, fmt.Sprintf("must not exceed MaxLimit (%d)", ov.MaxLimit))
-	case ov.InitialLimit < ov.MinLimit || ov.InitialLimit > ov.MaxLimit:
-		return bad("Overload.InitialLimit", ov.InitialLimit, fmt.Sprintf("must be between MinLimit (%d) and MaxLimit (%d)", ov.MinLimit, ov.MaxLimit))
-	case ov.MaxLimit > 1_000_000:
-		return bad("Overload.MaxLimit", ov.MaxLimit, "must be at most 1000000")
+		return bad("Overload.MinLimit", ov.MinLimit, fmt.Sprintf("must not exceed Overload.MaxLimit (%d)", ov.MaxLimit))
+	case ov.InitialLimit < ov.MinLimit:
+		return bad("Overload.InitialLimit", ov.InitialLimit, fmt.Sprintf("must not be below Overload.MinLimit (%d)", ov.MinLimit))
+	case ov.InitialLimit > ov.MaxLimit:
+		return bad("Overload.InitialLimit", ov.InitialLimit, fmt.Sprintf("must not exceed Overload.MaxLimit (%d)", ov.MaxLimit))
 	}
 	return nil
 }

@@ -18,8 +18,10 @@ const (
 )
 
 // pace holds the call until the permit of the rate named limit, due in
-// wait, or refuses the call. A wait of zero or less admits it at once.
-func (c admitting) pace(limit string, wait time.Duration) error {
+// wait, or refuses the call; said is the server's answer the refusal of a
+// server quota rests on, nil for the other rates. A wait of zero or less
+// admits it at once.
+func (c admitting) pace(limit string, wait time.Duration, said *serverAnswer) error {
 	if wait <= 0 {
 		return nil
 	}
@@ -31,13 +33,17 @@ func (c admitting) pace(limit string, wait time.Duration) error {
 			return nil
 		}
 	}
-	return c.rateRefused(limit, wait)
+	return c.rateRefused(limit, wait, said)
 }
 
 // rateRefused is the error, and the event, for a call the rate named
-// limit refused; its next permit is due in retryAfter, zero if unknown.
-func (c admitting) rateRefused(limit string, retryAfter time.Duration) error {
+// limit refused; its next permit is due in retryAfter, zero if unknown,
+// and said is the server's answer it rests on, if any.
+func (c admitting) rateRefused(limit string, retryAfter time.Duration, said *serverAnswer) error {
 	cause := &RateLimitError{Limit: limit, RetryAfter: max(0, retryAfter)}
+	if said != nil {
+		cause.Quota, cause.Resource, cause.Response = said.quota, said.resource, said.response(c.req)
+	}
 	c.emit(Event{Kind: EventRateLimited, Err: cause})
 	return c.errorf(ErrRateLimited, cause, "")
 }
@@ -51,13 +57,13 @@ func (c admitting) paceLocal(l ratelimiter.RateLimiter[any], rl RateLimitOptions
 		}
 		// No caller reserves a permit ahead when none waits, so the next
 		// one is due within one interval (one period of Burst calls).
-		return c.rateRefused(limitLocal, localPeriod(rl))
+		return c.rateRefused(limitLocal, localPeriod(rl), nil)
 	}
 	var wait time.Duration
 	if d := c.deadline(); d.IsZero() {
 		wait = l.ReservePermit()
 	} else if wait = l.TryReservePermit(time.Until(d)); wait < 0 {
-		return c.rateRefused(limitLocal, 0) // due past the deadline: when, the limiter does not say
+		return c.rateRefused(limitLocal, 0, nil) // due past the deadline: when, the limiter does not say
 	}
 	if wait <= 0 {
 		return nil

@@ -83,6 +83,16 @@ func TestRateLimitErrorMessage(t *testing.T) {
 		(&RateLimitError{Limit: "server", RetryAfter: 1500 * time.Millisecond}).Error())
 	assert.Equal(t, "resilience: over the shared rate", (&RateLimitError{Limit: "shared"}).Error())
 	assert.ErrorIs(t, &RateLimitError{Limit: "local"}, ErrRateLimited)
+
+	// A server quota's refusal names it, its resource and the answer's
+	// status; the upstream's bytes are quoted.
+	assert.Equal(t, `resilience: over the server rate, next permit in 1m0s (quota "X-RateLimit", resource "search", status 403)`,
+		(&RateLimitError{Limit: "server", RetryAfter: time.Minute, Quota: "X-RateLimit", Resource: "search",
+			Response: &http.Response{StatusCode: http.StatusForbidden}}).Error())
+	assert.Equal(t, `resilience: over the server rate (quota "default")`,
+		(&RateLimitError{Limit: "server", Quota: "default"}).Error())
+	assert.Equal(t, `resilience: over the server rate (resource "a\nb")`,
+		(&RateLimitError{Limit: "server", Resource: "a\nb"}).Error())
 }
 
 func TestLoadConfigRateLimitWait(t *testing.T) {

@@ -263,5 +263,5 @@ func TestPropagationConfig(t *testing.T) {
 	_, err := NewHandler(Options{Propagation: PropagationOptions{Headers: server.Headers{Budget: "bad name"}}})
 	require.ErrorContains(t, err, "Propagation.Headers.Budget")
 	_, err = NewHandler(Options{Propagation: PropagationOptions{Headers: server.Headers{Budget: "Request-Attempt"}}})
-	require.ErrorContains(t, err, "Propagation.Headers.Attempt")
+	require.ErrorContains(t, err, `Propagation.Headers.Budget ("Request-Attempt")`, "the field written, not the default")
 }

@@ -22,7 +22,7 @@ func (c retryLoop) run(now time.Time) (*http.Response, error) {
 		defer routing(c).routeEnded(rt)
 	}
 	var waited time.Duration    // before attempt n
-	var prevResp *http.Response // the outcome before attempt n, for a retry the overload limiter sheds
+	var prevResp *http.Response // the outcome before attempt n, for a retry refused unsent
 	var prevErr error
 	unsent := true // every attempt so far failed before its request left the client
 	for n := 1; ; n++ {
@@ -34,10 +34,17 @@ func (c retryLoop) run(now time.Time) (*http.Response, error) {
 			if n > 1 && c.budget() != nil && !c.firstDelivery {
 				c.budget().Release() // never judged: its claim says nothing
 			}
+			// A retry the overload limiter shed or the circuit refused was
+			// not sent: the call ends on the outcome before it, as when the
+			// budget refuses one. Only when that outcome was a response too
+			// long to keep is the refusal the answer.
 			if se, ok := err.(*shedError); ok {
 				if prevResp == nil && prevErr == nil {
 					return nil, c.errorf(nil, se.OverloadError, "") // the response before was too long to keep
 				}
+				return c.result(prevResp, prevErr)
+			}
+			if n > 1 && errors.Is(err, ErrCircuitOpen) && (prevResp != nil || prevErr != nil) {
 				return c.result(prevResp, prevErr)
 			}
 			return nil, err // rejected, total timeout, cancelled, the request's own failure

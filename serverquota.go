@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/resilienthttp/resilience/internal/headers"
+	"github.com/resilienthttp/resilience/internal/httpcache"
 )
 
 // Pacing by the server's own signal. A host (the handler, or each
@@ -37,11 +38,24 @@ import (
 // this client may overrun it by the calls it has on their way when the
 // others spend the last of it.
 //
+// An answer that names the resource its quota is scoped to
+// (X-RateLimit-Resource, the draft's partition key) says nothing of the
+// other calls: it is not counted here, but in q.scoped, which holds back
+// only the calls known to count against it (quotascope.go).
+//
 // Retries and hedges of a call spend from the quota but do not wait for it:
 // a retry after a 429 waits for its Retry-After, as before.
 //
+// An answer a cache served (servedFromCache: X-From-Cache, or an Age of a
+// second or more) says what the quota was when it was stored, not now: it
+// is not read at all, neither its quota nor a 429's Retry-After. Every
+// answer read was generated for its request, so a reset given as a time is
+// measured from its Date, the server's clock when it answered, and one
+// given in seconds from its arrival.
+//
 // Until a response carries a quota or a 429 with Retry-After, a call pays
-// two atomic additions and, per response, three header lookups.
+// two atomic additions, three atomic loads (one of them q.scoped's) and,
+// per response, three header lookups.
 
 // maxServerWait is the longest pause or reset the handler keeps, when
 // Retry.MaxRetryAfter does not set another: a server that announces a
@@ -53,6 +67,7 @@ type serverQuota struct {
 	active  atomic.Bool               // a response announced a quota or a pause: until then nothing is paced
 	pause   atomic.Pointer[time.Time] // no call is admitted before, after a 429 with Retry-After
 	sending atomic.Int64              // attempts sent whose response headers have not come
+	scoped  scopedQuotas              // the refusals of quotas scoped to a resource (quotascope.go)
 
 	mu         sync.Mutex
 	resetAt    time.Time     // when the current window ends; zero: no window known, calls go
@@ -65,6 +80,8 @@ type serverQuota struct {
 	windowSaid bool          // window was announced
 	anchorLeft int64         // what the answer that showed the window said was left
 	anchorAt   time.Time     // when it came
+	said       *serverAnswer // the answer that showed the window, or said none was left
+	pauseSaid  *serverAnswer // the 429 that asked for the pause
 }
 
 // take admits a call at now, counting it, or returns how long until the
@@ -125,19 +142,34 @@ func (q *serverQuota) pauseFor(now time.Time, d time.Duration) {
 	q.active.Store(true)
 }
 
-// observe reads what resp, the answer at now to an attempt sent at sentAt
-// (zero if the quota was not followed yet), says of the quota; h is its
-// header with canonical names. A 429's
+// observe reads what resp, the answer at now to an attempt of req sent at
+// sentAt (zero if the quota was not followed yet), says of the quota; h is
+// its header with canonical names. A quota scoped to a resource is
+// q.scoped's. A 429's
 // Retry-After pauses every call when the response announces a quota too
 // (the draft gives Retry-After precedence over its reset), or when any 429
 // does (RateLimitOptions.PauseOn429). No pause or reset is kept longer than
 // most.
-func (q *serverQuota) observe(resp *http.Response, h http.Header, sentAt, now time.Time, most time.Duration, anyTooMany bool) {
+func (q *serverQuota) observe(req *http.Request, resp *http.Response, h http.Header, sentAt, now time.Time, most time.Duration, anyTooMany bool) {
+	if servedFromCache(h) {
+		q.sending.Add(-1)
+		return
+	}
 	r, announced := headers.ReadQuota(h, now)
+	if announced && r.Resource != "" {
+		q.sending.Add(-1)
+		q.scoped.observe(req, resp, h, r, now, most)
+		return
+	}
 	var pause time.Duration
 	if resp.StatusCode == http.StatusTooManyRequests && (announced || anyTooMany) {
 		if d, ok := headers.RetryAfter(resp, now); ok && d > 0 {
 			pause = min(d, most)
+			name := "Retry-After"
+			if announced {
+				name = quotaName(r)
+			}
+			q.keep(&q.pauseSaid, keepAnswer(resp, h, name, ""))
 			q.pauseFor(now, pause)
 		}
 	}
@@ -145,10 +177,25 @@ func (q *serverQuota) observe(resp *http.Response, h http.Header, sentAt, now ti
 		q.sending.Add(-1)
 		return
 	}
-	q.update(r, sentAt, now, most)
+	if q.update(r, sentAt, now, most) {
+		q.keep(&q.said, keepAnswer(resp, h, quotaName(r), ""))
+	}
 	if pause > 0 {
 		q.yield(now.Add(pause))
 	}
+}
+
+// servedFromCache reports whether h, a response's header, says that a
+// cache served the response: an X-From-Cache field (as gregjones/httpcache
+// and its forks mark what they serve from their store), or an Age of a
+// second or more (RFC 9111 section 5.1: the origin neither generated nor
+// validated it for this request). Its quota fields, and its Retry-After,
+// were the server's word Age seconds ago, or when the cache stored it, and
+// may no longer hold: the RateLimit draft (section 7.3) asks that they be
+// ignored, and so they are, whatever they say. An Age of 0 is a cache
+// passing on what the origin has just generated: it is read.
+func servedFromCache(h http.Header) bool {
+	return headers.Has(h, "X-From-Cache") || httpcache.ReceivedAge(h) > 0
 }
 
 // yield ends the current window at until, the end of a 429's Retry-After,
@@ -166,8 +213,9 @@ func (q *serverQuota) yield(until time.Time) {
 // update applies r, the quota announced in the answer at now to an attempt
 // sent at sentAt, and counts that attempt's end: under q.mu, so that an
 // answer never finds an attempt gone from sending whose own answer it has
-// not yet seen.
-func (q *serverQuota) update(r headers.Quota, sentAt, now time.Time, most time.Duration) {
+// not yet seen. It reports whether the answer is one a refusal would rest
+// on: the first of its window, or one that said none was left in it.
+func (q *serverQuota) update(r headers.Quota, sentAt, now time.Time, most time.Duration) (kept bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.sending.Add(-1)
@@ -187,11 +235,11 @@ func (q *serverQuota) update(r headers.Quota, sentAt, now time.Time, most time.D
 	}
 	q.rollLocked(now)
 	if sentAt.Before(q.started) {
-		return // the answer to an attempt of a window that has ended
+		return false // the answer to an attempt of a window that has ended
 	}
 	if !r.HasReset {
 		q.remaining = min(q.remaining, r.Remaining) // nothing to wait for unless a window is known
-		return
+		return r.Remaining == 0 || q.said == nil
 	}
 	ends, slack := now.Add(r.Reset), q.window/2
 	switch {
@@ -201,9 +249,9 @@ func (q *serverQuota) update(r headers.Quota, sentAt, now time.Time, most time.D
 		q.resetAt, q.predicted = ends, false
 		q.remaining = r.Remaining - q.sending.Load()
 		q.anchorLeft, q.anchorAt = r.Remaining, now
-		return
+		return true
 	case ends.Before(q.resetAt.Add(-slack)):
-		return // the answer of an earlier window
+		return false // the answer of an earlier window
 	}
 	if sentAt.Before(q.anchorAt) && r.Remaining > q.anchorLeft {
 		// On its way when the window was first seen, and so taken off it,
@@ -212,9 +260,29 @@ func (q *serverQuota) update(r headers.Quota, sentAt, now time.Time, most time.D
 		q.remaining++
 	}
 	q.remaining = min(q.remaining, r.Remaining)
+	kept = r.Remaining == 0 || q.said == nil || q.predicted // the first answer of a window, once per window
 	if q.predicted || ends.Before(q.resetAt) {
 		q.resetAt, q.predicted = ends, false
 	}
+	return kept
+}
+
+// keep makes a, built outside the lock, the answer *at.
+func (q *serverQuota) keep(at **serverAnswer, a *serverAnswer) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	*at = a
+}
+
+// answer is the answer a refusal at now rests on: the pause's while it
+// runs, the window's otherwise.
+func (q *serverQuota) answer(now time.Time) *serverAnswer {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if p := q.pause.Load(); p != nil && p.After(now) && q.pauseSaid != nil {
+		return q.pauseSaid
+	}
+	return q.said
 }
 
 // followsServer reports whether calls under cfg follow the server's quota.
@@ -232,21 +300,35 @@ func (cfg *config) maxServerWait() time.Duration {
 }
 
 // paceServer admits the call by the quota its upstream announced, waiting
-// for the reset or refusing the call as RateLimitOptions.Wait says.
-func (c admitting) paceServer() error {
+// for the reset or refusing the call as RateLimitOptions.Wait says, and
+// reports whether a quota scoped to a resource held it back.
+func (c admitting) paceServer() (held bool, err error) {
 	if !c.cfg.followsServer() {
-		return nil
+		return false, nil
 	}
 	q := &c.s.quota
 	for q.active.Load() {
-		wait := q.take(time.Now())
+		now := time.Now()
+		wait := q.take(now)
 		if wait <= 0 {
 			c.quotaTaken = true
-			return nil
+			break
 		}
-		if err := c.pace(limitServer, wait); err != nil {
-			return err
+		if err := c.pace(limitServer, wait, q.answer(now)); err != nil {
+			return false, err
 		}
 	}
-	return nil
+	if s := &q.scoped; s.until.Load() != 0 {
+		for now := time.Now(); s.maybe(now); now = time.Now() {
+			wait, said := s.held(c.req, now)
+			if wait <= 0 {
+				break
+			}
+			held = true
+			if err := c.pace(limitServer, wait, said); err != nil {
+				return held, err
+			}
+		}
+	}
+	return held, nil
 }

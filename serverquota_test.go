@@ -553,7 +553,7 @@ func TestServerQuotaRetryAfterWinsOverReset(t *testing.T) {
 		"Ratelimit":   {`"default";r=0;t=4`},
 	}}
 	q.sending.Add(1)
-	q.observe(resp, resp.Header, t0, t0, time.Minute, false)
+	q.observe(nil, resp, resp.Header, t0, t0, time.Minute, false)
 	assert.Equal(t, 500*time.Millisecond, q.take(t0.Add(500*time.Millisecond)), "paused until the Retry-After")
 	assert.Zero(t, q.take(t0.Add(time.Second)), "Retry-After has passed: the call goes, not 3 s later at the reset")
 
@@ -561,7 +561,7 @@ func TestServerQuotaRetryAfterWinsOverReset(t *testing.T) {
 	var q2 serverQuota
 	q2.sending.Add(1)
 	ok := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Ratelimit": {`"default";r=0;t=4`}}}
-	q2.observe(ok, ok.Header, t0, t0, time.Minute, false)
+	q2.observe(nil, ok, ok.Header, t0, t0, time.Minute, false)
 	assert.Equal(t, 3*time.Second, q2.take(t0.Add(time.Second)))
 }
 

@@ -21,7 +21,7 @@ func (c admitting) paceShared(sr SharedRate) error {
 			}
 			var rle *RateLimitError
 			if errors.As(err, &rle) {
-				return c.rateRefused(limitShared, rle.RetryAfter)
+				return c.rateRefused(limitShared, rle.RetryAfter, nil)
 			}
 			c.emit(Event{Kind: EventRateLimited, Err: err})
 			return c.errorf(ErrRateLimited, err, "the %s rate's store failed", limitShared)
@@ -30,7 +30,7 @@ func (c admitting) paceShared(sr SharedRate) error {
 		if res.Wait <= 0 {
 			return nil
 		}
-		if err := c.pace(limitShared, res.Wait); err != nil {
+		if err := c.pace(limitShared, res.Wait, nil); err != nil {
 			return err
 		}
 	}

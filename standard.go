@@ -34,6 +34,8 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 		}
 		if o.hasTotal {
 			c.totalLimit = max(0, o.total)
+		} else if cfg.given.TotalTimeout == 0 && c.attemptLimit > 0 {
+			c.totalLimit = max(c.totalLimit, scaled(c.attemptLimit, totalPerAttempt)) // the default yields, as in resolveTimeouts
 		}
 	}
 	c.keyRequest()

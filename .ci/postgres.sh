@@ -2,7 +2,8 @@
 # Sourced by .ci/run: installs PostgreSQL (Debian's package) if absent,
 # starts a throwaway cluster on loopback in a temporary directory (as the
 # postgres user; never the machine's own cluster), creates a database, and
-# exports RESILIENCE_TEST_POSTGRES_DSN for the idempotency module's tests,
+# exports RESILIENCE_TEST_POSTGRES_DSN (and RESILIENCE_TEST_POSTGRES_BIN)
+# for the idempotency module's tests,
 # with RESILIENCE_REQUIRE_SERVERS=1 so that a missing server fails them
 # instead of skipping. The cluster stops when the sourcing shell exits.
 # fsync is off (tests need no durability) unless RESILIENCE_PG_FSYNC=on.
@@ -42,4 +43,7 @@ trap "${pg_prev_trap:+$pg_prev_trap; }pg_stop" EXIT
 pg_as "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -U postgres resilience_test
 export RESILIENCE_TEST_POSTGRES_DSN="postgres://postgres@127.0.0.1:$pg_port/resilience_test?sslmode=disable"
 export RESILIENCE_REQUIRE_SERVERS=1
+# The server binaries, for tests that start, crash and restart a cluster of
+# their own (idempotency/internal/pgtest.NewCluster).
+export RESILIENCE_TEST_POSTGRES_BIN="$pg_bin"
 echo "== PostgreSQL $("$pg_bin/postgres" -V | awk '{print $3}') on 127.0.0.1:$pg_port ($pg_dir)"

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"io"
+	"log/slog"
 	"net/http"
 	"testing"
 
@@ -58,4 +60,14 @@ func BenchmarkOverheadLayers(b *testing.B) {
 		})
 	}
 	b.Run("layer=defaults", func(b *testing.B) { run(b, handler(b, resilience.Options{})) })
+	// Observers on the defaults: a no-op OnEvent, and a Logger at Info (it
+	// drops the Debug records every call emits). Neither may cost the
+	// success path an allocation (issue 29).
+	b.Run("layer=defaults+onevent", func(b *testing.B) {
+		run(b, handler(b, resilience.Options{OnEvent: func(resilience.Event) {}}))
+	})
+	b.Run("layer=defaults+logger", func(b *testing.B) {
+		logger := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		run(b, handler(b, resilience.Options{Logger: logger}))
+	})
 }

@@ -28,11 +28,18 @@ type backend struct {
 	insert func(ctx context.Context, item string) (int64, error)
 	// rows counts the committed orders.
 	rows func(t testing.TB) int
+	// keys counts the rows of the store's table.
+	keys func(t testing.TB) int
+	// keyRowBytes is the largest key row's size, but its recorded
+	// response (the columns header and body): what a key costs to index.
+	keyRowBytes func(t testing.TB) int
 	// dsn locates the database for a child process: a SQLite path or a
 	// PostgreSQL DSN with its schema.
 	kind, dsn string
-	// pool is the PostgreSQL pool, nil for SQLite.
+	// pool is the PostgreSQL pool, nil for SQLite; db the SQLite database,
+	// nil for PostgreSQL.
 	pool *pgxpool.Pool
+	db   *sql.DB
 }
 
 func eachBackend(t *testing.T, f func(t *testing.T, b *backend)) {
@@ -68,7 +75,7 @@ func sqliteOn(ctx context.Context, db *sql.DB) (*backend, error) {
 		return nil, err
 	}
 	return &backend{
-		name: "sqlite", kind: "sqlite", store: st,
+		name: "sqlite", kind: "sqlite", store: st, db: db,
 		insert: func(ctx context.Context, item string) (int64, error) {
 			res, err := sqlitestore.Tx(ctx).ExecContext(ctx, `INSERT INTO orders (item) VALUES (?)`, item)
 			if err != nil {
@@ -80,6 +87,30 @@ func sqliteOn(ctx context.Context, db *sql.DB) (*backend, error) {
 			var n int
 			require.NoError(t, db.QueryRow(`SELECT count(*) FROM orders`).Scan(&n))
 			return n
+		},
+		keys: func(t testing.TB) int {
+			var n int
+			require.NoError(t, db.QueryRow(`SELECT count(*) FROM idempotency_keys`).Scan(&n))
+			return n
+		},
+		keyRowBytes: func(t testing.TB) int {
+			rows, err := db.Query(`SELECT * FROM idempotency_keys`)
+			require.NoError(t, err)
+			defer rows.Close()
+			names, err := rows.Columns()
+			require.NoError(t, err)
+			largest := 0
+			for rows.Next() {
+				vals := make([]any, len(names))
+				ptrs := make([]any, len(names))
+				for i := range vals {
+					ptrs[i] = &vals[i]
+				}
+				require.NoError(t, rows.Scan(ptrs...))
+				largest = max(largest, keyRowSize(names, vals))
+			}
+			require.NoError(t, rows.Err())
+			return largest
 		},
 	}, nil
 }
@@ -113,7 +144,50 @@ func pgOn(ctx context.Context, pool *pgxpool.Pool) (*backend, error) {
 			require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM orders`).Scan(&n))
 			return n
 		},
+		keys: func(t testing.TB) int {
+			var n int
+			require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM idempotency_keys`).Scan(&n))
+			return n
+		},
+		keyRowBytes: func(t testing.TB) int {
+			rows, err := pool.Query(context.Background(), `SELECT * FROM idempotency_keys`)
+			require.NoError(t, err)
+			defer rows.Close()
+			var names []string
+			for _, f := range rows.FieldDescriptions() {
+				names = append(names, f.Name)
+			}
+			largest := 0
+			for rows.Next() {
+				vals, err := rows.Values()
+				require.NoError(t, err)
+				largest = max(largest, keyRowSize(names, vals))
+			}
+			require.NoError(t, rows.Err())
+			return largest
+		},
 	}, nil
+}
+
+// keyRowSize adds up the sizes of a key row's values, but the recorded
+// response's (header, body): 8 bytes a number or time.
+func keyRowSize(names []string, vals []any) int {
+	n := 0
+	for i, v := range vals {
+		if names[i] == "header" || names[i] == "body" {
+			continue
+		}
+		switch v := v.(type) {
+		case string:
+			n += len(v)
+		case []byte:
+			n += len(v)
+		case nil:
+		default:
+			n += 8
+		}
+	}
+	return n
 }
 
 // orders is the application: POST /orders creates an order from the body

@@ -3,10 +3,10 @@
 // at most once per (principal, operation, key), and replaying its recorded
 // response to every retry.
 //
-// It implements the durable state machine of the seeds (Polly study, seed
-// 000, Example 2):
+// It keeps a durable state machine per key:
 //
-//	key     = (principal, method + route, the caller's Idempotency-Key)
+//	key     = (principal, method + route, the caller's Idempotency-Key),
+//	          stored as its SHA-256 (Key.Hash), so a row stays small
 //	digest  = SHA-256 of the canonical request (method, path, query, body,
 //	          and the headers named in Options.DigestHeaders)
 //	claim   = atomic insert of (key, digest, in progress, lease) under a
@@ -33,12 +33,25 @@
 //
 // A handler that fails with a 5xx status rolls its transaction back and
 // releases the key, so a retry runs it again; any status below 500 is
-// recorded and replayed. A process killed between the claim and the commit
-// leaves an in-progress claim whose lease (Options.Lease) expires, after
-// which the same request may claim the key again; a process killed after the
-// commit leaves a completed key that replays. A live owner is never taken
-// over, even past its lease: the handler does not run twice at once for a
-// key (see Store).
+// recorded and replayed. A process killed after the commit leaves a
+// completed key that replays.
+//
+// Releasing a claim, and the lease. A claim is released (its row deleted,
+// if it still carries the owner's token) by the owner itself, once its
+// handler has returned and it knows it did not commit: a 5xx, a panic, a
+// response too large, or a commit that failed (whose outcome is unknown:
+// the release never touches a key a commit completed, nor one another
+// request took over). If the release fails too, as when the database went
+// down with the owner's transaction, the owner answers 503 with
+// Retry-After: 1 and keeps trying it in the background (every 50 ms, then
+// up to every 500 ms) until the database answers again or the lease runs
+// out: the key is usable within about half a second of the database's
+// return, and the handler, which has returned, never runs twice at once.
+// The lease (Options.Lease, default 10 s) is for owners that died: a
+// process killed between the claim and the commit leaves an in-progress
+// claim that nobody releases, and the same request may claim the key again
+// once the lease has expired. A live owner is never taken over, even past
+// its lease: its open transaction holds the key (see Store).
 //
 // Stores: sqlitestore (modernc.org/sqlite, pure Go, embedded) and pgstore
 // (PostgreSQL through jackc/pgx/v5, for a fleet of servers), each in its own

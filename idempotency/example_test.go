@@ -46,8 +46,13 @@ func Example() {
 		panic(err)
 	}
 	create := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx := sqlitestore.Tx(r.Context())
+		if tx == nil { // no Idempotency-Key: no transaction (or set RequireKey)
+			http.Error(w, "an Idempotency-Key is required", http.StatusBadRequest)
+			return
+		}
 		item, _ := io.ReadAll(r.Body)
-		res, err := sqlitestore.Tx(r.Context()).ExecContext(r.Context(), `INSERT INTO orders (item) VALUES (?)`, string(item))
+		res, err := tx.ExecContext(r.Context(), `INSERT INTO orders (item) VALUES (?)`, string(item))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // ReplayedHeader marks a response replayed from the store.
@@ -21,9 +22,15 @@ const ReplayedHeader = "Idempotent-Replayed"
 // and replays its response to retries. Create it with New; it is safe for
 // concurrent use.
 type Middleware struct {
-	store     Store
-	opts      Options
-	lastSweep atomic.Int64 // unix nanoseconds of the last sweep started
+	store Store
+	opts  Options
+	// nextSweep is when the next sweep is due, in unix nanoseconds: zero
+	// at first (the first completed write sweeps), math.MaxInt64 while one
+	// runs.
+	nextSweep atomic.Int64
+	// sweepBatch is the batch the next sweep starts with: SweepBatch, or
+	// more after a sweep that stopped behind.
+	sweepBatch atomic.Int64
 }
 
 // New returns a Middleware that keeps its keys in store.
@@ -35,9 +42,7 @@ func New(store Store, opts Options) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Middleware{store: store, opts: o}
-	m.lastSweep.Store(time.Now().UnixNano())
-	return m, nil
+	return &Middleware{store: store, opts: o}, nil
 }
 
 // Handler returns next behind the protocol. Requests with a safe method
@@ -47,12 +52,6 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.serve(w, r, next)
 	})
-}
-
-// Sweep deletes up to Options.SweepBatch expired keys now, for a program
-// that sweeps on its own schedule (SweepInterval negative).
-func (m *Middleware) Sweep(ctx context.Context) (int, error) {
-	return m.store.Sweep(ctx, m.opts.SweepBatch)
 }
 
 // storeTimeout bounds each store operation of an owner (its commit, its
@@ -118,12 +117,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		Lease:  m.opts.Lease,
 		TTL:    m.opts.TTL,
 	}
+	claimed := time.Now()
 	claim, err := m.store.Claim(r.Context(), req)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the caller went away
 		}
-		m.opts.Logger.ErrorContext(r.Context(), "idempotency: claim failed", "operation", req.Key.Operation, "err", err)
+		m.opts.Logger.ErrorContext(r.Context(), "idempotency: claim failed", "operation", bounded(req.Key.Operation), "err", err)
 		fail(w, http.StatusServiceUnavailable, time.Second, "idempotency: store unavailable")
 		return
 	}
@@ -137,7 +137,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case Completed:
 		write(w, claim.Response, true)
 	case Owned:
-		m.own(w, r, body, claim.Txn, next)
+		m.own(w, r, body, owner{txn: claim.Txn, leaseEnd: claimed.Add(m.opts.Lease)}, next)
 		m.maybeSweep(r.Context(), w)
 	default:
 		m.opts.Logger.ErrorContext(r.Context(), "idempotency: store returned an unknown claim state", "state", int(claim.State))
@@ -150,11 +150,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // operation gets its own deadline (storeContext), from when it starts: a
 // handler slower than storeTimeout must not leave its commit or abort an
 // expired context, and so its key claimed until the lease runs out.
-func (m *Middleware) own(w http.ResponseWriter, r *http.Request, body []byte, txn Txn, next http.Handler) {
+func (m *Middleware) own(w http.ResponseWriter, r *http.Request, body []byte, o owner, next http.Handler) {
+	txn := o.txn
 	done := false
 	defer func() {
 		if !done { // next panicked: nothing recorded, key released
-			m.abort(r.Context(), txn)
+			m.abort(r.Context(), o)
 		}
 	}()
 	rec := newRecorder(m.opts.MaxResponseBytes)
@@ -166,11 +167,11 @@ func (m *Middleware) own(w http.ResponseWriter, r *http.Request, body []byte, tx
 	resp := rec.response()
 	switch {
 	case rec.overflow:
-		m.abort(r.Context(), txn)
+		m.abort(r.Context(), o)
 		fail(w, http.StatusInternalServerError, 0, fmt.Sprintf("idempotency: response body over the limit of %d bytes that can be recorded; rolled back", m.opts.MaxResponseBytes))
 		return
 	case resp.Status >= 500:
-		m.abort(r.Context(), txn) // a failure is not an outcome: a retry runs again
+		m.abort(r.Context(), o) // a failure is not an outcome: a retry runs again
 		write(w, resp, false)
 		return
 	}
@@ -189,7 +190,7 @@ func (m *Middleware) own(w http.ResponseWriter, r *http.Request, body []byte, tx
 		// retry run at once, or replay, instead of waiting out the lease.
 		m.opts.Logger.ErrorContext(r.Context(), "idempotency: commit failed", "err", err)
 		retryAfter := m.retryAfter(m.opts.Lease)
-		if m.abort(r.Context(), txn) {
+		if m.abort(r.Context(), o) {
 			retryAfter = time.Second
 		}
 		fail(w, http.StatusServiceUnavailable, retryAfter, "idempotency: could not record the response")
@@ -198,17 +199,65 @@ func (m *Middleware) own(w http.ResponseWriter, r *http.Request, body []byte, tx
 	write(w, resp, false)
 }
 
-// abort rolls txn back and releases its claim, with a deadline of its own,
-// and reports whether it did; a failure is logged, and the key then stays
-// claimed until its lease expires.
-func (m *Middleware) abort(ctx context.Context, txn Txn) bool {
-	ctx, cancel := storeContext(ctx)
-	defer cancel()
-	if err := txn.Abort(ctx); err != nil {
-		m.opts.Logger.ErrorContext(ctx, "idempotency: abort failed; the key stays claimed until its lease expires", "err", err)
-		return false
+// An owner is the claim of a request that runs its handler: its
+// transaction, and when its lease ends (measured from just before the
+// claim, so no later than the store's).
+type owner struct {
+	txn      Txn
+	leaseEnd time.Time
+}
+
+// abort rolls the owner's transaction back and releases its claim, with a
+// deadline of its own, and reports whether it did. If it could not (the
+// database is down, say), the owner keeps trying in the background, until
+// the release lands or the lease ends (releaseLater): a live owner that
+// knows it did not commit frees its key as soon as the database answers,
+// and a retry need not wait out the lease, which is for owners that died.
+func (m *Middleware) abort(ctx context.Context, o owner) bool {
+	sctx, cancel := storeContext(ctx)
+	err := o.txn.Abort(sctx)
+	cancel()
+	if err == nil {
+		return true
 	}
-	return true
+	m.opts.Logger.ErrorContext(ctx, "idempotency: abort failed; releasing the claim again until the store answers or the lease ends", "lease_left", time.Until(o.leaseEnd).Round(time.Millisecond), "err", err)
+	go m.releaseLater(context.WithoutCancel(ctx), o)
+	return false
+}
+
+// releaseRetry bounds the wait between two tries of releaseLater: the key
+// is free within about this long of the database's return.
+const releaseRetry = 500 * time.Millisecond
+
+// releaseLater tries the owner's Abort again, after 50 ms and then twice
+// as long each time up to releaseRetry, until it succeeds or the lease
+// ends: past its end the key is free to a retry anyway. Safe whatever the
+// commit did: a store releases only a claim that this owner still holds,
+// never a key a commit completed or a retry took over (Txn.Abort).
+func (m *Middleware) releaseLater(ctx context.Context, o owner) {
+	wait := 50 * time.Millisecond
+	for tries := 2; ; tries++ {
+		left := time.Until(o.leaseEnd)
+		if left <= wait {
+			m.opts.Logger.ErrorContext(ctx, "idempotency: could not release the claim before its lease ended; the key is free again now", "tries", tries-1)
+			return
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-ctx.Done(): // never: ctx is the request's without its cancellation
+			timer.Stop()
+			return
+		}
+		wait = min(2*wait, releaseRetry)
+		actx, cancel := context.WithTimeout(ctx, min(storeTimeout, time.Until(o.leaseEnd)))
+		err := o.txn.Abort(actx)
+		cancel()
+		if err == nil {
+			m.opts.Logger.InfoContext(ctx, "idempotency: claim released once the store answered again", "tries", tries)
+			return
+		}
+	}
 }
 
 // readBody reads the body in full, up to MaxBodyBytes; over it, it answers
@@ -241,23 +290,21 @@ func (m *Middleware) retryAfter(left time.Duration) time.Duration {
 	return max(time.Second, min(left, m.opts.RetryAfter))
 }
 
-// maybeSweep deletes expired keys if SweepInterval has passed since the last
-// sweep; of concurrent requests, one does it.
-func (m *Middleware) maybeSweep(ctx context.Context, w http.ResponseWriter) {
-	if m.opts.SweepInterval < 0 {
-		return
+// maxLogged bounds what a log line keeps of a value the caller chose (the
+// route, and so the operation): its first maxLogged bytes, and its length.
+const maxLogged = 128
+
+// bounded returns s, or its first maxLogged bytes (cut at a character's
+// start) and how long it was, for a log line.
+func bounded(s string) string {
+	if len(s) <= maxLogged {
+		return s
 	}
-	now := time.Now().UnixNano()
-	last := m.lastSweep.Load()
-	if now-last < int64(m.opts.SweepInterval) || !m.lastSweep.CompareAndSwap(last, now) {
-		return
+	cut := maxLogged
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
 	}
-	_ = http.NewResponseController(w).Flush() // the caller need not wait for the sweep
-	ctx, cancel := storeContext(ctx)
-	defer cancel()
-	if _, err := m.store.Sweep(ctx, m.opts.SweepBatch); err != nil {
-		m.opts.Logger.ErrorContext(ctx, "idempotency: sweep failed", "err", err)
-	}
+	return s[:cut] + "…(" + strconv.Itoa(len(s)) + " bytes)"
 }
 
 // headerValues returns the values of the header name (canonical) in h

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/resilienthttp/resilience/idempotency"
+	"github.com/resilienthttp/resilience/idempotency/sqlitestore"
 )
 
 // spyStore counts the calls that reach the store.
@@ -305,9 +306,10 @@ func TestTTLAndSweep(t *testing.T) {
 	assert.Empty(t, rec.Header().Get(idempotency.ReplayedHeader), "expired: runs again")
 	assert.Equal(t, 3, b.rows(t))
 	time.Sleep(2 * time.Millisecond)
-	n, err := mw.Sweep(context.Background())
+	r, err := mw.Sweep(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, 2, n, "k1 claimed again expired too, and k2")
+	assert.Equal(t, 2, r.Deleted, "k1 claimed again expired too, and k2")
+	assert.Equal(t, 0, r.Kept, "none left")
 }
 
 func TestOptionsValidation(t *testing.T) {
@@ -371,4 +373,35 @@ func TestLiveOwnerKeepsItsKey(t *testing.T) {
 		assert.Equal(t, 1, b.rows(t))
 		assert.Equal(t, "true", serve(h, newReq("POST", "x", "k", "acme")).Header().Get(idempotency.ReplayedHeader))
 	})
+}
+
+// A write without a key (RequireKey false; a client call made with
+// WithRetryable(ctx, false) sends none) reaches the handler with no
+// transaction: the store's Tx is nil, and a handler that uses it without
+// the check docs/idempotency.md shows panics. With the check, it writes
+// unprotected through the database.
+func TestKeylessWriteHasNoTx(t *testing.T) {
+	b := sqliteBackend(t)
+	mw := middleware(t, b, idempotency.Options{})
+	unchecked := mw.Handler(&orders{b: b}) // orders.insert uses sqlitestore.Tx unchecked
+	assert.Panics(t, func() { serve(unchecked, newReq("POST", "x", "", "acme")) }, "nil Tx, unchecked")
+
+	db := b.db
+	checked := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		const insert = `INSERT INTO orders (item) VALUES (?)`
+		var err error
+		if tx := sqlitestore.Tx(r.Context()); tx != nil {
+			_, err = tx.ExecContext(r.Context(), insert, "keyed")
+		} else {
+			_, err = db.ExecContext(r.Context(), insert, "unkeyed")
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	assert.Equal(t, http.StatusCreated, serve(checked, newReq("POST", "x", "", "acme")).Code)
+	assert.Equal(t, http.StatusCreated, serve(checked, newReq("POST", "x", "k", "acme")).Code)
+	assert.Equal(t, 2, b.rows(t))
 }

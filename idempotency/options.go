@@ -60,8 +60,14 @@ type Options struct {
 	// connection): the retry gets 409 until then. An owner still running
 	// past its lease keeps the key, as its store transaction is still
 	// open: a retry gets 409 (PostgreSQL) or waits for it (SQLite), and
-	// the owner's commit lands (see Store). It bounds the Retry-After of
-	// the 409s. Default 1 minute.
+	// the owner's commit lands (see Store). An owner that is alive but
+	// could not commit (its database went down) releases its claim as soon
+	// as the database answers again, without waiting for its lease. It
+	// bounds the Retry-After of the 409s. Default 10 seconds: the client's
+	// default attempt timeout, and shorter than its default total timeout
+	// (30 s), so a default client retrying a dead owner's key gets it
+	// within its call. A longer lease costs nothing to live owners, which
+	// keep their keys anyway; it only delays retries after a crash.
 	Lease time.Duration
 
 	// RetryAfter caps the Retry-After of a 409 for a key in progress (the
@@ -73,16 +79,28 @@ type Options struct {
 	// of any client. A key reused after its TTL runs again. Default 24h.
 	TTL time.Duration
 
-	// SweepInterval is how often expired keys are deleted: at most once per
-	// interval, by the request that completes a claim after it has passed,
-	// after its response is written (no goroutine of its own). Negative:
-	// never (call Sweep yourself). Default 1 minute.
+	// SweepInterval is how often expired keys are deleted: the first write
+	// a middleware completes sweeps, and so does the first after each
+	// interval, once its response is written (no goroutine of its own). A
+	// sweep deletes batches of keys until a batch comes back short (every
+	// expired key is gone) or it has run for 250 ms; then the next write
+	// sweeps again at once. Batches start at SweepBatch and double while
+	// they come back full, up to 16 × SweepBatch. So the store keeps about
+	// (TTL + SweepInterval) × keyed writes per second keys, at any rate.
+	// Negative: never (call Sweep yourself). Default 1 minute.
 	SweepInterval time.Duration
 
-	// SweepBatch bounds the keys one sweep deletes. Default 1000.
+	// SweepBatch is how many keys the first statement of a sweep deletes
+	// (later ones, up to 16 times as many, while there are). Default 1000.
 	SweepBatch int
 
-	// Logger receives store errors. Default: discarded.
+	// OnSweep, when set, receives the report of each sweep: the keys it
+	// deleted, its lag, and the keys kept. It runs on the goroutine of the
+	// request that swept (or of the Sweep call), after its response.
+	OnSweep func(SweepReport)
+
+	// Logger receives store errors, and each sweep: at Debug level, or at
+	// Warn when it stopped with expired keys left. Default: discarded.
 	Logger *slog.Logger
 }
 
@@ -94,7 +112,7 @@ const (
 	defaultMaxKeyLength     = 255
 	defaultMaxBodyBytes     = 1 << 20
 	defaultMaxResponseBytes = 1 << 20
-	defaultLease            = time.Minute
+	defaultLease            = 10 * time.Second
 	defaultRetryAfter       = time.Second
 	defaultTTL              = 24 * time.Hour
 	defaultSweepInterval    = time.Minute

@@ -91,7 +91,7 @@ func answer(t testing.TB, resp *http.Response) string {
 	return string(b)
 }
 
-// Seed exercise 3: a POST that creates a row, retried three times through
+// A POST that creates a row, retried three times through
 // connection resets with one key (the client's own), leaves one row, and
 // the caller gets the original 201 and body. The first attempt never
 // leaves the client; the second runs and commits but its answer is lost;

@@ -33,9 +33,21 @@ type Store interface {
 	// owner's transaction, already begun.
 	Claim(ctx context.Context, req ClaimRequest) (Claim, error)
 
-	// Sweep deletes up to limit keys whose retention (TTL) has passed and
-	// reports how many it deleted.
-	Sweep(ctx context.Context, limit int) (int, error)
+	// Sweep deletes up to limit keys whose retention (TTL) has passed. It
+	// reports how many it deleted, and its lag: how long the oldest key
+	// past its TTL had been so when the sweep began (zero if no key had
+	// expired). The middleware calls it again at once while it deletes
+	// full batches, so a store need not delete more than limit at a time.
+	Sweep(ctx context.Context, limit int) (deleted int, lag time.Duration, err error)
+}
+
+// A KeyCounter is a Store that can tell how many keys it holds, for the
+// Kept of a SweepReport. The module's stores are KeyCounters.
+type KeyCounter interface {
+	// CountKeys returns how many keys the store holds, expired ones not
+	// yet swept included: an exact count or a close estimate, as cheap as
+	// the store can make it.
+	CountKeys(ctx context.Context) (int, error)
 }
 
 // A Key names one logical operation of one principal.
@@ -43,6 +55,21 @@ type Key struct {
 	Principal string // who: the caller, as the principal function says
 	Operation string // what: the method and route, "POST /orders"
 	Key       string // the caller's idempotency key
+}
+
+// Hash returns a fixed-size name for k: the SHA-256 of its three parts,
+// each prefixed with its length. The module's stores keep and index a key
+// by its hash alone, so that its row stays small whatever the length of
+// the route or the principal (PostgreSQL refuses an index entry over 2,704
+// bytes).
+func (k Key) Hash() [sha256.Size]byte {
+	h := sha256.New()
+	field(h, k.Principal)
+	field(h, k.Operation)
+	field(h, k.Key)
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
 // A Digest is the SHA-256 of a canonical request.
@@ -114,7 +141,12 @@ type Txn interface {
 	Commit(ctx context.Context, resp *Response) error
 
 	// Abort rolls the transaction back and releases the claim, so that a
-	// retry may run at once.
+	// retry may run at once. It releases only a claim this owner still
+	// holds (not a key its commit completed, nor one taken over), so it is
+	// safe after a Commit that failed, whose outcome is unknown. When it
+	// fails (the database is down), it may be called again, and then
+	// retries the release: the middleware does so until it succeeds or
+	// the lease ends.
 	Abort(ctx context.Context) error
 }
 

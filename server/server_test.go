@@ -621,7 +621,7 @@ func TestBadOptions(t *testing.T) {
 		{Options{Headers: Headers{Budget: "two words"}}, "Headers.Budget"},
 		{Options{Headers: Headers{Attempt: "a:b"}}, "Headers.Attempt"},
 		{Options{Headers: Headers{Pushback: "x\n"}}, "Headers.Pushback"},
-		{Options{Headers: Headers{Budget: "request-attempt"}}, "Headers.Attempt"},
+		{Options{Headers: Headers{Budget: "request-attempt"}}, "Headers.Budget"}, // the field written, not the default it meets
 	} {
 		h, err := New(next, c.o)
 		assert.Nil(t, h)

@@ -37,9 +37,17 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS orders (id bigserial PRIMARY KEY, item text NOT NULL)`); err != nil {
+		panic(err)
+	}
 	http.Handle("POST /orders", mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx := pgstore.Tx(r.Context())
+		if tx == nil { // no Idempotency-Key: no transaction (or set RequireKey)
+			http.Error(w, "an Idempotency-Key is required", http.StatusBadRequest)
+			return
+		}
 		var id int64
-		err := pgstore.Tx(r.Context()).QueryRow(r.Context(),
+		err := tx.QueryRow(r.Context(),
 			`INSERT INTO orders (item) VALUES ($1) RETURNING id`, r.FormValue("item")).Scan(&id)
 		if err != nil {
 			http.Error(w, "could not create the order", http.StatusInternalServerError) // rolls back, releases the key

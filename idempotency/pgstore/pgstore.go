@@ -29,17 +29,14 @@ import (
 )
 
 const schema = `CREATE TABLE IF NOT EXISTS idempotency_keys (
-	principal   text        NOT NULL,
-	operation   text        NOT NULL,
-	key         text        NOT NULL,
+	key_hash    bytea       PRIMARY KEY,    -- idempotency.Key.Hash: (principal, operation, key), fixed size
 	digest      bytea       NOT NULL,
 	token       bytea,                      -- the owner's claim token; NULL once completed
 	lease_until timestamptz NOT NULL,
 	expires_at  timestamptz NOT NULL,
 	status      integer     NOT NULL DEFAULT 0, -- 0 while in progress
 	header      bytea,
-	body        bytea,
-	PRIMARY KEY (principal, operation, key)
+	body        bytea
 );
 CREATE INDEX IF NOT EXISTS idempotency_keys_expires_at ON idempotency_keys (expires_at);`
 
@@ -59,6 +56,9 @@ func New(ctx context.Context, pool *pgxpool.Pool) (*Store, error) {
 	if _, err := pool.Exec(ctx, schema); err != nil {
 		return nil, fmt.Errorf("pgstore: create table idempotency_keys: %w", err)
 	}
+	if _, err := pool.Exec(ctx, `SELECT key_hash FROM idempotency_keys LIMIT 0`); err != nil {
+		return nil, fmt.Errorf("pgstore: table idempotency_keys has an earlier layout (keys by principal, operation and key, not key_hash): rename it, and drop it once its keys' TTL has passed: %w", err)
+	}
 	return &Store{pool: pool}, nil
 }
 
@@ -69,9 +69,13 @@ func Schema() string { return schema }
 type ctxKey struct{}
 
 // Tx returns the transaction the middleware began for the request whose
-// context is ctx, or nil outside an owned request. Write the handler's
-// effect through it: it commits with the recorded response, or not at all.
-// Do not commit or roll it back yourself.
+// context is ctx, or nil outside an owned request: in particular for a
+// write that carries no key, which goes to the handler unprotected unless
+// Options.RequireKey is set (a client call made with
+// resilience.WithRetryable(ctx, false) sends none). Check for nil before
+// using it. Write the handler's effect through it: it commits with the
+// recorded response, or not at all. Do not commit or roll it back
+// yourself.
 func Tx(ctx context.Context) pgx.Tx {
 	tx, _ := ctx.Value(ctxKey{}).(pgx.Tx)
 	return tx
@@ -88,7 +92,7 @@ const maxTries = 3
 // live owner is never taken over, whatever its lease: the claim skips its
 // locked row, without waiting, and reports the key in progress.
 func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.Claim, error) {
-	k := req.Key
+	k := req.Key.Hash()
 	ownerAlive := false
 	for range maxTries {
 		tok := make([]byte, 16)
@@ -96,12 +100,12 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 		// ON CONFLICT DO NOTHING: a taken key's row may be locked by its
 		// owner, and DO UPDATE would wait on that lock.
 		tag, err := s.pool.Exec(ctx, `INSERT INTO idempotency_keys
-				(principal, operation, key, digest, token, lease_until, expires_at, status)
-			VALUES ($1, $2, $3, $4, $5,
-				clock_timestamp() + $6::bigint * interval '1 microsecond',
-				clock_timestamp() + $7::bigint * interval '1 microsecond', 0)
-			ON CONFLICT (principal, operation, key) DO NOTHING`,
-			k.Principal, k.Operation, k.Key, req.Digest[:], tok,
+				(key_hash, digest, token, lease_until, expires_at, status)
+			VALUES ($1, $2, $3,
+				clock_timestamp() + $4::bigint * interval '1 microsecond',
+				clock_timestamp() + $5::bigint * interval '1 microsecond', 0)
+			ON CONFLICT (key_hash) DO NOTHING`,
+			k[:], req.Digest[:], tok,
 			req.Lease.Microseconds(), req.TTL.Microseconds())
 		if err != nil {
 			return idempotency.Claim{}, fmt.Errorf("pgstore: claim key: %w", err)
@@ -123,9 +127,8 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 		err = s.pool.QueryRow(ctx, `SELECT digest, status,
 				extract(epoch FROM lease_until - clock_timestamp())::float8,
 				expires_at <= clock_timestamp(), header, body
-			FROM idempotency_keys
-			WHERE principal = $1 AND operation = $2 AND key = $3`,
-			k.Principal, k.Operation, k.Key).Scan(&digest, &status, &leaseLeftSec, &expired, &header, &body)
+			FROM idempotency_keys WHERE key_hash = $1`,
+			k[:]).Scan(&digest, &status, &leaseLeftSec, &expired, &header, &body)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // swept or released meanwhile: claim again
 		}
@@ -153,18 +156,17 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 			return idempotency.Claim{State: idempotency.InProgress, Digest: d}, nil
 		}
 		tag, err = s.pool.Exec(ctx, `UPDATE idempotency_keys SET
-				digest = $4, token = $5,
-				lease_until = clock_timestamp() + $6::bigint * interval '1 microsecond',
-				expires_at = clock_timestamp() + $7::bigint * interval '1 microsecond',
+				digest = $2, token = $3,
+				lease_until = clock_timestamp() + $4::bigint * interval '1 microsecond',
+				expires_at = clock_timestamp() + $5::bigint * interval '1 microsecond',
 				status = 0, header = NULL, body = NULL
-			WHERE principal = $1 AND operation = $2 AND key = $3
+			WHERE key_hash = $1
 				AND (expires_at <= clock_timestamp()
-					OR (status = 0 AND lease_until <= clock_timestamp() AND digest = $4))
-				AND (principal, operation, key) IN (
-					SELECT principal, operation, key FROM idempotency_keys
-					WHERE principal = $1 AND operation = $2 AND key = $3
+					OR (status = 0 AND lease_until <= clock_timestamp() AND digest = $2))
+				AND key_hash IN (
+					SELECT key_hash FROM idempotency_keys WHERE key_hash = $1
 					FOR UPDATE SKIP LOCKED)`,
-			k.Principal, k.Operation, k.Key, req.Digest[:], tok,
+			k[:], req.Digest[:], tok,
 			req.Lease.Microseconds(), req.TTL.Microseconds())
 		if err != nil {
 			return idempotency.Claim{}, fmt.Errorf("pgstore: take key over: %w", err)
@@ -188,7 +190,7 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 // key's row in it, for as long as it is open. It reports false if the
 // claim was already taken over (a lease shorter than the time between the
 // claim and the lock).
-func (s *Store) own(ctx context.Context, k idempotency.Key, token []byte, ttl time.Duration) (idempotency.Claim, bool, error) {
+func (s *Store) own(ctx context.Context, k keyHash, token []byte, ttl time.Duration) (idempotency.Claim, bool, error) {
 	// The transaction outlives the request's cancellation: the middleware
 	// commits or aborts it.
 	bg := context.WithoutCancel(ctx)
@@ -199,8 +201,8 @@ func (s *Store) own(ctx context.Context, k idempotency.Key, token []byte, ttl ti
 	}
 	var one int
 	err = tx.QueryRow(ctx, `SELECT 1 FROM idempotency_keys
-		WHERE principal = $1 AND operation = $2 AND key = $3 AND token = $4
-		FOR UPDATE`, k.Principal, k.Operation, k.Key, token).Scan(&one)
+		WHERE key_hash = $1 AND token = $2
+		FOR UPDATE`, k[:], token).Scan(&one)
 	if err != nil {
 		_ = tx.Rollback(bg)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -212,30 +214,58 @@ func (s *Store) own(ctx context.Context, k idempotency.Key, token []byte, ttl ti
 	return idempotency.Claim{State: idempotency.Owned, Txn: &txn{s: s, tx: tx, key: k, token: token, ttl: ttl}}, true, nil
 }
 
-func (s *Store) release(ctx context.Context, k idempotency.Key, token []byte) error {
+// keyHash is the hash by which the table keeps a key (idempotency.Key.Hash).
+type keyHash = [32]byte
+
+// release deletes the claim of token, if it still holds: not a key a
+// commit completed (its token is NULL), nor one another claim took over.
+func (s *Store) release(ctx context.Context, k keyHash, token []byte) error {
 	_, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys
-		WHERE principal = $1 AND operation = $2 AND key = $3 AND token = $4`,
-		k.Principal, k.Operation, k.Key, token)
+		WHERE key_hash = $1 AND token = $2`, k[:], token)
 	return err
 }
 
-// Sweep implements idempotency.Store. Concurrent sweeps from several
-// servers skip each other's rows rather than wait.
-func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM idempotency_keys
-		WHERE (principal, operation, key) IN (
-			SELECT principal, operation, key FROM idempotency_keys
-			WHERE expires_at <= clock_timestamp() LIMIT $1 FOR UPDATE SKIP LOCKED)`, limit)
+// Sweep implements idempotency.Store, in one statement: the oldest
+// expiry (through the index on expires_at) and the deletion. Concurrent
+// sweeps from several servers skip each other's rows rather than wait.
+func (s *Store) Sweep(ctx context.Context, limit int) (int, time.Duration, error) {
+	var (
+		n      int
+		lagSec float64
+	)
+	err := s.pool.QueryRow(ctx, `WITH oldest AS (
+			SELECT min(expires_at) AS at FROM idempotency_keys
+		), deleted AS (
+			DELETE FROM idempotency_keys WHERE key_hash IN (
+				SELECT key_hash FROM idempotency_keys
+				WHERE expires_at <= clock_timestamp() LIMIT $1 FOR UPDATE SKIP LOCKED)
+			RETURNING 1
+		)
+		SELECT (SELECT count(*) FROM deleted),
+			coalesce(extract(epoch FROM clock_timestamp() - (SELECT at FROM oldest)), 0)::float8`,
+		limit).Scan(&n, &lagSec)
 	if err != nil {
-		return 0, fmt.Errorf("pgstore: sweep: %w", err)
+		return 0, 0, fmt.Errorf("pgstore: sweep: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return n, max(0, time.Duration(lagSec*float64(time.Second))), nil
+}
+
+// CountKeys implements idempotency.KeyCounter with PostgreSQL's estimate of
+// the table's live rows (its cumulative statistics, which follow inserts
+// and deletes within seconds), so that it costs one lookup, not a scan.
+func (s *Store) CountKeys(ctx context.Context) (int, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT pg_stat_get_live_tuples('idempotency_keys'::regclass)`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: count keys: %w", err)
+	}
+	return int(n), nil
 }
 
 type txn struct {
 	s     *Store
 	tx    pgx.Tx
-	key   idempotency.Key
+	key   keyHash
 	token []byte
 	ttl   time.Duration
 }
@@ -260,9 +290,8 @@ func (t *txn) Commit(ctx context.Context, resp *idempotency.Response) error {
 	tag, err := t.tx.Exec(ctx, `UPDATE idempotency_keys
 		SET status = $1, header = $2, body = $3, token = NULL, lease_until = clock_timestamp(),
 			expires_at = clock_timestamp() + $4::bigint * interval '1 microsecond'
-		WHERE principal = $5 AND operation = $6 AND key = $7 AND token = $8`,
-		resp.Status, header, body, t.ttl.Microseconds(),
-		t.key.Principal, t.key.Operation, t.key.Key, t.token)
+		WHERE key_hash = $5 AND token = $6`,
+		resp.Status, header, body, t.ttl.Microseconds(), t.key[:], t.token)
 	if err != nil {
 		_ = t.tx.Rollback(ctx)
 		return fmt.Errorf("pgstore: record response: %w", err)

@@ -51,17 +51,14 @@ func Open(path string) (*sql.DB, error) {
 }
 
 const schema = `CREATE TABLE IF NOT EXISTS idempotency_keys (
-	principal   TEXT    NOT NULL,
-	operation   TEXT    NOT NULL,
-	key         TEXT    NOT NULL,
+	key_hash    BLOB    NOT NULL PRIMARY KEY, -- idempotency.Key.Hash: (principal, operation, key), fixed size
 	digest      BLOB    NOT NULL,
 	token       BLOB,              -- the owner's claim token; NULL once completed
 	lease_until INTEGER NOT NULL,  -- unix ns; 0 once completed
 	expires_at  INTEGER NOT NULL,  -- unix ns
 	status      INTEGER NOT NULL DEFAULT 0, -- 0 while in progress
 	header      BLOB,
-	body        BLOB,
-	PRIMARY KEY (principal, operation, key)
+	body        BLOB
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idempotency_keys_expires_at ON idempotency_keys (expires_at);`
 
@@ -80,15 +77,22 @@ func New(ctx context.Context, db *sql.DB) (*Store, error) {
 	if _, err := db.ExecContext(ctx, schema); err != nil {
 		return nil, fmt.Errorf("sqlitestore: create table idempotency_keys: %w", err)
 	}
+	if _, err := db.ExecContext(ctx, `SELECT key_hash FROM idempotency_keys LIMIT 0`); err != nil {
+		return nil, fmt.Errorf("sqlitestore: table idempotency_keys has an earlier layout (keys by principal, operation and key, not key_hash): rename it, and drop it once its keys' TTL has passed: %w", err)
+	}
 	return &Store{db: db}, nil
 }
 
 type ctxKey struct{}
 
 // Tx returns the transaction the middleware began for the request whose
-// context is ctx, or nil outside an owned request. Write the handler's
-// effect through it: it commits with the recorded response, or not at all.
-// Do not commit or roll it back yourself.
+// context is ctx, or nil outside an owned request: in particular for a
+// write that carries no key, which goes to the handler unprotected unless
+// Options.RequireKey is set (a client call made with
+// resilience.WithRetryable(ctx, false) sends none). Check for nil before
+// using it. Write the handler's effect through it: it commits with the
+// recorded response, or not at all. Do not commit or roll it back
+// yourself.
 func Tx(ctx context.Context) *sql.Tx {
 	tx, _ := ctx.Value(ctxKey{}).(*sql.Tx)
 	return tx
@@ -100,7 +104,7 @@ const maxTries = 3
 
 // Claim implements idempotency.Store.
 func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.Claim, error) {
-	k := req.Key
+	k := req.Key.Hash()
 	for range maxTries {
 		now := time.Now().UnixNano()
 		var (
@@ -111,8 +115,8 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 			header, respBody []byte
 		)
 		err := s.db.QueryRowContext(ctx, `SELECT digest, token, lease_until, expires_at, status, header, body
-			FROM idempotency_keys WHERE principal = ? AND operation = ? AND key = ?`,
-			k.Principal, k.Operation, k.Key).Scan(&digest, &token, &leaseUntil, &exp, &status, &header, &respBody)
+			FROM idempotency_keys WHERE key_hash = ?`,
+			k[:]).Scan(&digest, &token, &leaseUntil, &exp, &status, &header, &respBody)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 		case err != nil:
@@ -135,15 +139,15 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 		tok := make([]byte, 16)
 		_, _ = rand.Read(tok)
 		res, err := s.db.ExecContext(ctx, `INSERT INTO idempotency_keys
-				(principal, operation, key, digest, token, lease_until, expires_at, status)
-			VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0)
-			ON CONFLICT (principal, operation, key) DO UPDATE SET
+				(key_hash, digest, token, lease_until, expires_at, status)
+			VALUES (?1, ?2, ?3, ?4, ?5, 0)
+			ON CONFLICT (key_hash) DO UPDATE SET
 				digest = excluded.digest, token = excluded.token, lease_until = excluded.lease_until,
 				expires_at = excluded.expires_at, status = 0, header = NULL, body = NULL
-			WHERE idempotency_keys.expires_at <= ?8
-				OR (idempotency_keys.status = 0 AND idempotency_keys.lease_until <= ?8
+			WHERE idempotency_keys.expires_at <= ?6
+				OR (idempotency_keys.status = 0 AND idempotency_keys.lease_until <= ?6
 					AND idempotency_keys.digest = excluded.digest)`,
-			k.Principal, k.Operation, k.Key, req.Digest[:], tok,
+			k[:], req.Digest[:], tok,
 			now+int64(req.Lease), now+int64(req.TTL), now)
 		if err != nil {
 			return idempotency.Claim{}, fmt.Errorf("sqlitestore: claim key: %w", err)
@@ -163,31 +167,54 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 	return idempotency.Claim{}, fmt.Errorf("sqlitestore: key kept changing during %d claims", maxTries)
 }
 
-// release deletes the claim of token, if it still holds.
-func (s *Store) release(ctx context.Context, k idempotency.Key, token []byte) error {
+// keyHash is the hash by which the table keeps a key (idempotency.Key.Hash).
+type keyHash = [32]byte
+
+// release deletes the claim of token, if it still holds: not a key a
+// commit completed (its token is NULL), nor one another claim took over.
+func (s *Store) release(ctx context.Context, k keyHash, token []byte) error {
 	_, err := s.db.ExecContext(ctx, `DELETE FROM idempotency_keys
-		WHERE principal = ? AND operation = ? AND key = ? AND token = ?`,
-		k.Principal, k.Operation, k.Key, token)
+		WHERE key_hash = ? AND token = ?`, k[:], token)
 	return err
 }
 
-// Sweep implements idempotency.Store.
-func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
+// Sweep implements idempotency.Store: the oldest expiry (through the
+// index on expires_at), then the deletion.
+func (s *Store) Sweep(ctx context.Context, limit int) (int, time.Duration, error) {
+	now := time.Now().UnixNano()
+	var oldest sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, `SELECT min(expires_at) FROM idempotency_keys`).Scan(&oldest); err != nil {
+		return 0, 0, fmt.Errorf("sqlitestore: sweep: %w", err)
+	}
+	if !oldest.Valid || oldest.Int64 > now {
+		return 0, 0, nil // nothing expired
+	}
 	res, err := s.db.ExecContext(ctx, `DELETE FROM idempotency_keys
-		WHERE (principal, operation, key) IN (
-			SELECT principal, operation, key FROM idempotency_keys WHERE expires_at <= ? LIMIT ?)`,
-		time.Now().UnixNano(), limit)
+		WHERE key_hash IN (
+			SELECT key_hash FROM idempotency_keys WHERE expires_at <= ? LIMIT ?)`,
+		now, limit)
 	if err != nil {
-		return 0, fmt.Errorf("sqlitestore: sweep: %w", err)
+		return 0, 0, fmt.Errorf("sqlitestore: sweep: %w", err)
 	}
 	n, _ := res.RowsAffected()
-	return int(n), nil
+	return int(n), time.Duration(now - oldest.Int64), nil
+}
+
+// CountKeys implements idempotency.KeyCounter with an exact count, which
+// reads the smallest index of the table: about 35 ms per million keys
+// (measured on a shared 2-core machine), once per sweep.
+func (s *Store) CountKeys(ctx context.Context) (int, error) {
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM idempotency_keys`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("sqlitestore: count keys: %w", err)
+	}
+	return n, nil
 }
 
 type txn struct {
 	s     *Store
 	tx    *sql.Tx
-	key   idempotency.Key
+	key   keyHash
 	token []byte
 	ttl   time.Duration
 }
@@ -211,9 +238,8 @@ func (t *txn) Commit(ctx context.Context, resp *idempotency.Response) error {
 	}
 	res, err := t.tx.ExecContext(ctx, `UPDATE idempotency_keys
 		SET status = ?, header = ?, body = ?, token = NULL, lease_until = 0, expires_at = ?
-		WHERE principal = ? AND operation = ? AND key = ? AND token = ?`,
-		resp.Status, header, body, time.Now().Add(t.ttl).UnixNano(),
-		t.key.Principal, t.key.Operation, t.key.Key, t.token)
+		WHERE key_hash = ? AND token = ?`,
+		resp.Status, header, body, time.Now().Add(t.ttl).UnixNano(), t.key[:], t.token)
 	if err != nil {
 		_ = t.tx.Rollback()
 		return fmt.Errorf("sqlitestore: record response: %w", err)

@@ -18,7 +18,8 @@ import (
 // and its transaction reaches the store's accessor (hasTx reports whether
 // a context carries it); a second is InProgress with the first's digest
 // and the lease left; an abort frees the key, so the next claim is Owned
-// again; after a commit, a claim with another digest finds it Completed,
+// again; after its commit (which the first abort, tried again, leaves
+// alone), a claim with another digest finds it Completed,
 // with the recorded digest and response. Then a live owner outlives its
 // lease (see liveOwner). The keys are ones no other test uses, so s may be
 // shared.
@@ -45,10 +46,14 @@ func Run(t *testing.T, s idempotency.Store, hasTx func(context.Context) bool) {
 	assert.InDelta(t, time.Minute, again.LeaseLeft, float64(time.Second))
 
 	require.NoError(t, c.Txn.Abort(ctx))
+	aborted := c
 	c, err = s.Claim(ctx, req)
 	require.NoError(t, err)
 	require.Equal(t, idempotency.Owned, c.State, "released by the abort")
 	require.NoError(t, c.Txn.Commit(ctx, &idempotency.Response{Status: 201, Body: []byte("made")}))
+	// An abort tried again (as after a failure) releases only its own
+	// claim, never a key that another owner then completed.
+	require.NoError(t, aborted.Txn.Abort(ctx), "an abort tried again")
 
 	other := req
 	other.Digest = idempotency.Digest{2}
@@ -61,6 +66,37 @@ func Run(t *testing.T, s idempotency.Store, hasTx func(context.Context) bool) {
 	assert.Equal(t, "made", string(done.Response.Body))
 
 	liveOwner(t, s)
+	sweep(t, s)
+}
+
+// sweepTTL is the TTL of sweep's key: short, so that the test outlives it.
+const sweepTTL = 20 * time.Millisecond
+
+// sweep checks Store.Sweep: a completed key past its TTL is deleted, and
+// the lag reported is at least how long it has been expired. A KeyCounter
+// counts the keys.
+func sweep(t *testing.T, s idempotency.Store) {
+	ctx := context.Background()
+	req := idempotency.ClaimRequest{
+		Key:    idempotency.Key{Principal: "storetest", Operation: "POST /sweep", Key: t.Name() + time.Now().Format(time.RFC3339Nano)},
+		Digest: idempotency.Digest{4},
+		Lease:  sweepTTL,
+		TTL:    sweepTTL,
+	}
+	c, err := s.Claim(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Owned, c.State)
+	require.NoError(t, c.Txn.Commit(ctx, &idempotency.Response{Status: 201}))
+	time.Sleep(3 * sweepTTL) // expired for at least 2 × sweepTTL
+	n, lag, err := s.Sweep(ctx, 1)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "one expired key deleted, the limit")
+	assert.GreaterOrEqual(t, lag, 2*sweepTTL, "the oldest expired key's lag")
+	if kc, ok := s.(idempotency.KeyCounter); ok {
+		n, err := kc.CountKeys(ctx)
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, n, 0)
+	}
 }
 
 // liveOwnerLease is the lease of liveOwner's claim: short, so that the test

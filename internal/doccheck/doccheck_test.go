@@ -6,11 +6,15 @@ import (
 	"go/parser"
 	"go/token"
 	"go/types"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/resilienthttp/resilience"
 )
 
 func writeFile(t *testing.T, dir, name, text string) string {
@@ -310,5 +314,145 @@ func TestRelative(t *testing.T) {
 	out := []byte("/tmp/repo/docs/a.md:3:1: x\n../repo/docs/b.md:4:1: y\n")
 	if got, want := relative(out, "/tmp/repo", "/tmp/doccheck1"), "docs/a.md:3:1: x\ndocs/b.md:4:1: y\n"; got != want {
 		t.Errorf("relative = %q, want %q", got, want)
+	}
+}
+
+// run checks the JSON blocks as well as the Go ones: a configuration that
+// LoadConfig refuses, or a health report that is not the shape the handler
+// serves, fails the run and is named by file and line.
+func TestRunChecksJSONBlocks(t *testing.T) {
+	for name, tc := range map[string]struct{ page, want string }{
+		"config LoadConfig refuses": {
+			"# Hedging\n\n```json\n{\"upstreams\": {\"orders\": {\"hedging\": {\"enabled\": true, \"routing\": \"weighted\"}}}}\n```\n",
+			"page.md, JSON block 1 (line 3)",
+		},
+		"health of the old shape": {
+			"# Health\n\ntext\n\n<!-- json: health -->\n```json\n{\"status\":\"healthy\",\"handlers\":{\"a\":{\"circuit\":\"closed\",\"overload\":{\"\":{\"limit\":20,\"inFlight\":0,\"queued\":0,\"latency\":0,\"refused\":0,\"overloaded\":false}}}}}\n```\n",
+			"page.md, JSON block 1 (line 6)",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, dir, "go.mod", "module example.com/m\n\ngo 1.25\n")
+			writeFile(t, dir, "page.md", tc.page)
+			t.Chdir(dir)
+			err := run([]string{"page.md"}, false)
+			if err == nil {
+				t.Fatalf("run accepted a page whose JSON block is wrong:\n%s", tc.page)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("run: %v; want the failing block named %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestExtractJSON(t *testing.T) {
+	const text = "# A page\n" +
+		"\n" +
+		"```go\n" +
+		"x := `\n" +
+		"```\n" +
+		"\n" +
+		"```json\n" +
+		"{\"upstreams\": {\"a\": {}}}\n" +
+		"```\n" +
+		"\n" +
+		"<!-- json: health -->\n" +
+		"```JSON\n" +
+		"{\"status\": \"healthy\",\n" +
+		" \"handlers\": {}}\n" +
+		"```\n"
+	path := writeFile(t, t.TempDir(), "page.md", text)
+	blocks, err := extractJSON(path, "page.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(blocks) != 2 {
+		t.Fatalf("got %d JSON blocks, want 2 (the go block is not JSON)", len(blocks))
+	}
+	if b := blocks[0]; b.n != 1 || b.fence != 7 || b.dirLine != 0 || b.kind != jsonConfig || b.code != "{\"upstreams\": {\"a\": {}}}\n" {
+		t.Errorf("block 1: %+v", b)
+	}
+	if b := blocks[1]; b.n != 2 || b.fence != 12 || b.dirLine != 11 || b.kind != "health" || !strings.HasSuffix(b.code, "\"handlers\": {}}\n") {
+		t.Errorf("block 2: %+v", b)
+	}
+	if got := blocks[1].String(); got != "page.md, JSON block 2 (line 12)" {
+		t.Errorf("String() = %q", got)
+	}
+}
+
+func TestExtractJSONRefuses(t *testing.T) {
+	for name, text := range map[string]string{
+		"unclosed":           "```json\n{}\n",
+		"directive not next": "<!-- json: health -->\n\n```json\n{}\n```\n",
+		"directive on go":    "<!-- json: health -->\n```go\nx := 1\n```\n",
+		"directive at end":   "text\n<!-- json: health -->\n",
+		"unknown kind":       "<!-- json: metrics -->\n```json\n{}\n```\n",
+		"config named":       "<!-- json: config -->\n```json\n{}\n```\n",
+		"two-line directive": "<!-- json: health\n-->\n```json\n{}\n```\n",
+		"indented":           "- item\n\n  ```json\n  {}\n  ```\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := writeFile(t, t.TempDir(), "page.md", text)
+			if _, err := extractJSON(path, "page.md"); err == nil {
+				t.Errorf("extractJSON accepted %q", text)
+			} else if !strings.HasPrefix(err.Error(), "page.md:") {
+				t.Errorf("the error does not name the file and line: %v", err)
+			}
+		})
+	}
+}
+
+// realHealth is a health report as HealthHandler serves it, of a handler
+// with PerHost and one without.
+func realHealth(t *testing.T) string {
+	t.Helper()
+	single, err := resilience.NewHandler(resilience.Options{Name: "single"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	perHost, err := resilience.NewHandler(resilience.Options{Name: "perhost", PerHost: resilience.PerHostOptions{Enabled: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	single.IsolateCircuit()
+	rec := httptest.NewRecorder()
+	resilience.HealthHandler(single, perHost).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/health", nil))
+	return rec.Body.String()
+}
+
+func TestCheckJSON(t *testing.T) {
+	health := realHealth(t)
+	if !strings.Contains(health, `"latencyMs":0`) {
+		t.Fatalf("the real report has changed shape; update the cases below: %s", health)
+	}
+	for _, tc := range []struct {
+		kind, code string
+		want       string // in the error; "" if the block passes
+	}{
+		{jsonConfig, `{"upstreams": {"a": {"retry": {"delay": "1ms"}}}}`, ""},
+		{jsonConfig, "{\"upstreams\": {\"a\": {\n\"retry\": {\"delay\": \"1ms\"},,\n}}}", "page.md:12:"}, // the syntax error's own line
+		{jsonConfig, `{"upstreams": {"a": {"retry": {"delay": "2x"}}}}`, `upstreams.a.retry.delay`},
+		{jsonConfig, `"orders": {"hedging": {"enabled": true}}`, "more than one JSON value"},
+		{jsonConfig, ``, "empty"},
+		{jsonConfig, health, "does not load with resilience.LoadConfig"}, // a health report not marked as one
+		{"health", health, ""},
+		{"health", strings.Replace(health, `"latencyMs":0`, `"latency":0`, 1), `overload.latency: the type has no such field`},
+		{"health", strings.Replace(health, `"queued":0,`, ``, 1), `overload.queued: missing from the block`},
+		{"health", strings.Replace(health, `"circuit":"closed"`, `"circuit":"closed","extra":1`, 1), `unknown field "extra"`},
+		{"health", strings.Replace(health, `"limit":20`, `"limit":"20"`, 1), `not a resilience.Health`},
+		{"health", `{"upstreams": {"a": {}}}`, `unknown field "upstreams"`},
+	} {
+		b := &jsonBlock{file: "page.md", n: 1, fence: 10, kind: tc.kind, code: tc.code + "\n"}
+		err := checkJSON(b)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s block %q: %v", tc.kind, tc.code, err)
+		case tc.want != "" && err == nil:
+			t.Errorf("%s block %q passed; want an error with %q", tc.kind, tc.code, tc.want)
+		case err != nil && (!strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "page.md:")):
+			t.Errorf("%s block %q: %v; want the file and line, and %q", tc.kind, tc.code, err, tc.want)
+		}
 	}
 }

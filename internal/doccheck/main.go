@@ -1,6 +1,6 @@
 // Command doccheck builds every ```go block of the given Markdown files
-// against this checkout, so that no example in the README or docs/ stops
-// compiling unnoticed. .ci/run runs it from the repository root:
+// against this checkout, and loads every ```json block, so that no example
+// in the README or docs/ stops compiling or loading unnoticed. .ci/run runs it from the repository root:
 //
 //	go run ./internal/doccheck README.md docs/*.md
 //
@@ -34,6 +34,17 @@
 //	<!-- go: quotes github.com/resilienthttp/resilience -->
 //
 // There is no way to skip a block: one that is not Go is not labelled go.
+//
+// Every ```json block is checked too, in process: a configuration file,
+// which must load with resilience.LoadConfig, unless the HTML comment on
+// the line just before it names another kind of JSON:
+//
+//	<!-- json: health -->
+//
+// marks a health report, which must decode into resilience.Health without
+// an unknown field and encode back to the same JSON (key order, spacing and
+// the spelling of numbers aside), so that a doc shows the real shape. A
+// JSON block that is neither fails, named by file and line.
 //
 // Every message names the Markdown file and line (the generated files
 // carry //line comments), and the failing blocks are listed by file and
@@ -96,12 +107,30 @@ func run(files []string, keep bool) error {
 		reports = append(reports, msg)
 		failed = append(failed, b.String())
 	}
+	var (
+		jsonAll    int
+		jsonKindsN = map[string]int{}
+	)
 	for _, name := range files {
 		name = filepath.ToSlash(filepath.Clean(name))
 		bs, err := extract(filepath.Join(root, filepath.FromSlash(name)), name)
 		if err != nil {
 			return err
 		}
+		js, err := extractJSON(filepath.Join(root, filepath.FromSlash(name)), name)
+		if err != nil {
+			return err
+		}
+		fileKinds := map[string]int{}
+		for _, b := range js {
+			if err := checkJSON(b); err != nil {
+				reports = append(reports, err.Error())
+				failed = append(failed, b.String())
+			}
+			fileKinds[b.kind]++
+			jsonKindsN[b.kind]++
+		}
+		jsonAll += len(js)
 		kinds := map[kind]int{}
 		for _, b := range bs {
 			if err := classify(b); err != nil {
@@ -116,10 +145,17 @@ func run(files []string, keep bool) error {
 		if name == "README.md" && len(bs) > 0 && (bs[0].kind != program || !isMain(bs[0].code)) {
 			fail(bs[0], fmt.Sprintf("%v: the README's first Go block is a newcomer's first program: it must be a whole package main", bs[0]))
 		}
-		if len(bs) == 0 {
-			fmt.Printf("%s: no Go block\n", name)
+		var what []string
+		if len(bs) > 0 {
+			what = append(what, fmt.Sprintf("%d Go %s: %s", len(bs), plural(len(bs), "block"), describe(kinds)))
+		}
+		if len(js) > 0 {
+			what = append(what, fmt.Sprintf("%d JSON %s: %s", len(js), plural(len(js), "block"), describeJSON(fileKinds)))
+		}
+		if len(what) == 0 {
+			fmt.Printf("%s: no Go or JSON block\n", name)
 		} else {
-			fmt.Printf("%s: %d Go %s: %s\n", name, len(bs), plural(len(bs), "block"), describe(kinds))
+			fmt.Printf("%s: %s\n", name, strings.Join(what, "; "))
 		}
 	}
 	for _, r := range reports {
@@ -170,9 +206,11 @@ func run(files []string, keep bool) error {
 		pkgs = append(pkgs, p)
 	}
 	sort.Strings(pkgs)
-	staticcheck, err := exec.LookPath("staticcheck")
-	if err != nil {
-		return fmt.Errorf("staticcheck is not on PATH: go install honnef.co/go/tools/cmd/staticcheck@v0.8.2, as .ci/run does")
+	staticcheck := "staticcheck"
+	if len(pkgs) > 0 {
+		if staticcheck, err = exec.LookPath("staticcheck"); err != nil {
+			return fmt.Errorf("staticcheck is not on PATH: go install honnef.co/go/tools/cmd/staticcheck@v0.8.2, as .ci/run does")
+		}
 	}
 	// U1000 would call unused what a block of declarations offers the reader.
 	if err := os.WriteFile(filepath.Join(tmp, "staticcheck.conf"), []byte(`checks = ["inherit", "-U1000"]`+"\n"), 0o644); err != nil {
@@ -218,7 +256,7 @@ func run(files []string, keep bool) error {
 	if len(failed) > 0 {
 		sort.Strings(failed)
 		failed = dedup(failed)
-		return fmt.Errorf("%d of the %d Go blocks fail:\n\t%s", len(failed), all, strings.Join(failed, "\n\t"))
+		return fmt.Errorf("%d of the %d blocks (%d Go, %d JSON) fail:\n\t%s", len(failed), all+jsonAll, all, jsonAll, strings.Join(failed, "\n\t"))
 	}
 	built := describe(map[kind]int{program: count[program], declarations: count[declarations], fragment: count[fragment]})
 	if built == "" {
@@ -228,8 +266,27 @@ func run(files []string, keep bool) error {
 	if n := count[quote]; n > 0 {
 		summary += fmt.Sprintf(", %s checked against the package's source", describe(map[kind]int{quote: n}))
 	}
-	fmt.Println(summary + "; every response body is closed")
+	summary += "; every response body is closed"
+	if jsonAll > 0 {
+		summary += fmt.Sprintf("; all %d JSON blocks pass: %s", jsonAll, describeJSON(jsonKindsN))
+	}
+	fmt.Println(summary)
 	return nil
+}
+
+// describeJSON says how many JSON blocks of each kind kinds counts, and
+// what was checked of them.
+func describeJSON(kinds map[string]int) string {
+	var parts []string
+	if n := kinds[jsonConfig]; n > 0 {
+		parts = append(parts, fmt.Sprintf("%d %s loaded by LoadConfig", n, plural(n, "configuration")))
+	}
+	for _, k := range sortedKinds() {
+		if n := kinds[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s %s checked against its type", n, k, plural(n, "report")))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func isMain(code string) bool {

@@ -22,6 +22,14 @@ import (
 //   - The common X-RateLimit-Limit, X-RateLimit-Remaining and
 //     X-RateLimit-Reset fields.
 //
+// What a quota is named by, and scoped to, is read too: the current
+// draft's policy name (the binding service limit's), and the resource or
+// partition its answer says the quota belongs to, if any: the draft's
+// partition key (the pk parameter of the binding service limit, or of its
+// policy) or, for the X- fields, X-RateLimit-Resource (GitHub's "core",
+// "search", ...). A quota scoped so counts only the calls of that
+// partition, not all the upstream's.
+//
 // A reset is delta seconds, as the drafts say, or a Unix time, as GitHub's
 // X-RateLimit-Reset is: a value of 1e9 or more (more than 31 years as
 // delta seconds, a date after 2001 as a Unix time) is read as Unix seconds,
@@ -45,6 +53,10 @@ const (
 	maxQuotaFieldLength = 4 << 10 // bytes of one field value
 	maxQuotaItems       = 16      // items of one field, and policies looked up
 	maxQuotaDigits      = 15      // a structured-field integer's most digits
+
+	// MaxQuotaName is the most bytes of a policy's or a resource's name
+	// read: the rest is cut.
+	MaxQuotaName = 64
 )
 
 // A Quota is what one response says of its upstream's quota.
@@ -54,6 +66,17 @@ type Quota struct {
 	HasReset  bool
 	Limit     int64         // the window's quota, 0 if not said
 	Window    time.Duration // the window's length, 0 if not said
+
+	// Fields names the fields it was read from: "RateLimit" (the drafts'
+	// forms) or "X-RateLimit".
+	Fields string
+	// Policy is the name of the current draft's policy that binds (such as
+	// "default"), "" for the other forms.
+	Policy string
+	// Resource is the resource or partition the quota is scoped to: the
+	// draft's partition key, or X-RateLimit-Resource. "" when the answer
+	// names none: the quota counts every call.
+	Resource string
 }
 
 // ReadQuota reads the quota h announces, received at now, and
@@ -70,12 +93,38 @@ func ReadQuota(h http.Header, now time.Time) (Quota, bool) {
 		}
 	}
 	if v := h["Ratelimit-Remaining"]; len(v) > 0 {
-		return readSeparateFields(v[0], h["Ratelimit-Reset"], h["Ratelimit-Limit"], h, now)
+		q, ok := readSeparateFields(v[0], h["Ratelimit-Reset"], h["Ratelimit-Limit"], h, now)
+		q.Fields = "RateLimit"
+		return q, ok
 	}
 	if v := h["X-Ratelimit-Remaining"]; len(v) > 0 {
-		return readSeparateFields(v[0], h["X-Ratelimit-Reset"], h["X-Ratelimit-Limit"], h, now)
+		q, ok := readSeparateFields(v[0], h["X-Ratelimit-Reset"], h["X-Ratelimit-Limit"], h, now)
+		q.Fields = "X-RateLimit"
+		if r := h["X-Ratelimit-Resource"]; len(r) > 0 {
+			q.Resource = quotaName(strings.Trim(r[0], " \t"))
+		}
+		return q, ok
 	}
 	return Quota{}, false
+}
+
+// quotaName is s, a name an upstream sent, cut to MaxQuotaName bytes.
+func quotaName(s string) string {
+	if len(s) > MaxQuotaName {
+		return s[:MaxQuotaName]
+	}
+	return s
+}
+
+// partitionKey returns the partition key a pk parameter of value v names:
+// the draft asks for a Byte Sequence (its base64 text is the key), and a
+// String, Token or Integer is read as well, as naming a partition all the
+// same.
+func partitionKey(v sfValue) (string, bool) {
+	if v.text == "" || v.text == "?1" {
+		return "", false // a Boolean: no key
+	}
+	return quotaName(v.text), true
 }
 
 // readSeparateFields reads the Remaining, Reset and Limit fields of the
@@ -169,6 +218,10 @@ func readRateLimitList(fields, policies []string, h http.Header, now time.Time) 
 			var q Quota
 			hasR := false
 			for k, v, more := params.next(); more; k, v, more = params.next() {
+				if k == "pk" {
+					q.Resource, _ = partitionKey(v)
+					continue
+				}
 				if !v.isNum || v.num < 0 {
 					continue // r and t are non-negative numbers
 				}
@@ -191,11 +244,15 @@ func readRateLimitList(fields, policies []string, h http.Header, now time.Time) 
 	if !found {
 		return Quota{}, false
 	}
+	best.Fields, best.Policy = "RateLimit", quotaName(bestName)
 	if pol, ok := findPolicy(policies, bestName); ok {
 		if !pol.requests {
 			return Quota{}, false // a quota of bytes, not of calls
 		}
 		best.Limit, best.Window = pol.quota, pol.window
+		if best.Resource == "" {
+			best.Resource = pol.partition
+		}
 		if !best.HasReset && pol.window > 0 {
 			// No t: the window's length bounds the wait for its end.
 			best.Reset, best.HasReset = pol.window, true
@@ -206,9 +263,10 @@ func readRateLimitList(fields, policies []string, h http.Header, now time.Time) 
 
 // A quotaPolicy is one item of RateLimit-Policy.
 type quotaPolicy struct {
-	quota    int64
-	window   time.Duration
-	requests bool // its unit is requests (qu absent or "requests")
+	quota     int64
+	window    time.Duration
+	requests  bool   // its unit is requests (qu absent or "requests")
+	partition string // its partition key (pk), if any
 }
 
 // findPolicy looks up the policy named name in the RateLimit-Policy fields.
@@ -232,7 +290,9 @@ func findPolicy(fields []string, name string) (quotaPolicy, bool) {
 			for k, v, more := params.next(); more; k, v, more = params.next() {
 				switch {
 				case k == "qu":
-					pol.requests = v.text == "requests"
+					pol.requests = v.text == "requests" && !v.isBytes
+				case k == "pk":
+					pol.partition, _ = partitionKey(v)
 				case !v.isNum || v.num < 0:
 				case k == "q":
 					pol.quota = v.num / 1000
@@ -252,7 +312,7 @@ func readRateLimitDict(f string, h http.Header, now time.Time) (Quota, bool) {
 	if len(f) > maxQuotaFieldLength {
 		return Quota{}, false
 	}
-	var q Quota
+	q := Quota{Fields: "RateLimit"}
 	hasR := false
 	p := sfParser{s: f}
 	for members := 0; !p.done() && members < maxQuotaItems; members++ {
@@ -299,6 +359,8 @@ func ScanQuota(h http.Header) (has, otherwise bool) {
 			a, b = "X-Ratelimit-Reset", "X-Ratelimit-Limit"
 		case len("Ratelimit-Remaining"):
 			a, quota = "Ratelimit-Remaining", true
+		case len("X-Ratelimit-Resource"):
+			a = "X-Ratelimit-Resource"
 		case len("X-Ratelimit-Remaining"):
 			a, quota = "X-Ratelimit-Remaining", true
 		default:

@@ -90,8 +90,50 @@ func TestReadQuota(t *testing.T) {
 			got, ok := ReadQuota(h, now)
 			assert.Equal(t, tc.ok, ok)
 			if ok {
+				got.Fields, got.Policy, got.Resource = "", "", "" // TestReadQuotaNames's
 				assert.Equal(t, tc.want, got)
 			}
+		})
+	}
+}
+
+// What names a quota, and what it is scoped to.
+func TestReadQuotaNames(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	long := strings.Repeat("n", MaxQuotaName+10)
+	for _, tc := range []struct {
+		name                     string
+		header                   map[string]string
+		fields, policy, resource string
+	}{
+		{"draft", map[string]string{"RateLimit": `"default";r=5;t=2`}, "RateLimit", "default", ""},
+		{"draft: a token name", map[string]string{"RateLimit": `burst;r=5`}, "RateLimit", "burst", ""},
+		{"draft: the binding limit's name", map[string]string{"RateLimit": `"a";r=5, "b";r=1`}, "RateLimit", "b", ""},
+		{"draft: pk on the service limit", map[string]string{"RateLimit": `"peruser";r=0;t=60;pk=:dXNlcjE=:`}, "RateLimit", "peruser", "dXNlcjE="},
+		{"draft: pk of the binding limit only", map[string]string{"RateLimit": `"a";r=5;pk=:YQ==:, "b";r=1`}, "RateLimit", "b", ""},
+		{"draft: pk on its policy", map[string]string{"RateLimit": `"peruser";r=0;t=60`, "RateLimit-Policy": `"peruser";q=100;w=60;pk=:cHsdsRa894==:`},
+			"RateLimit", "peruser", "cHsdsRa894=="},
+		{"draft: the service limit's pk wins", map[string]string{"RateLimit": `"p";r=0;pk=:YQ==:`, "RateLimit-Policy": `"p";q=1;pk=:Yg==:`}, "RateLimit", "p", "YQ=="},
+		{"draft: a String pk", map[string]string{"RateLimit": `"p";r=0;pk="search"`}, "RateLimit", "p", "search"},
+		{"draft: a Boolean pk is none", map[string]string{"RateLimit": `"p";r=0;pk`}, "RateLimit", "p", ""},
+		{"draft: names are cut", map[string]string{"RateLimit": `"` + long + `";r=0;pk="` + long + `"`}, "RateLimit", long[:MaxQuotaName], long[:MaxQuotaName]},
+		{"draft 07", map[string]string{"RateLimit": `limit=100, remaining=50, reset=5`}, "RateLimit", "", ""},
+		{"draft 06", map[string]string{"RateLimit-Remaining": "0", "RateLimit-Reset": "12"}, "RateLimit", "", ""},
+		{"x", map[string]string{"X-RateLimit-Remaining": "0"}, "X-RateLimit", "", ""},
+		{"x: GitHub's resource", map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Resource": " search "}, "X-RateLimit", "", "search"},
+		{"x: a long resource is cut", map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Resource": long}, "X-RateLimit", "", long[:MaxQuotaName]},
+		{"x: the resource scopes the X- fields only", map[string]string{"RateLimit": `"d";r=0`, "X-RateLimit-Resource": "search"}, "RateLimit", "d", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			for k, v := range tc.header {
+				h.Set(k, v)
+			}
+			got, ok := ReadQuota(h, now)
+			assert.True(t, ok)
+			assert.Equal(t, tc.fields, got.Fields)
+			assert.Equal(t, tc.policy, got.Policy)
+			assert.Equal(t, tc.resource, got.Resource)
 		})
 	}
 }
@@ -130,6 +172,8 @@ func TestReadQuotaAllocatesNothing(t *testing.T) {
 		{"Ratelimit": {`"default";r=50;t=30`}, "Ratelimit-Policy": {`"default";q=100;w=60`}},
 		{"Ratelimit": {`limit=100, remaining=50, reset=5`}},
 		{"X-Ratelimit-Limit": {"60"}, "X-Ratelimit-Remaining": {"10"}, "X-Ratelimit-Reset": {"42"}},
+		{"X-Ratelimit-Remaining": {"10"}, "X-Ratelimit-Reset": {"42"}, "X-Ratelimit-Resource": {"search"}},
+		{"Ratelimit": {`"peruser";r=0;t=60;pk=:dXNlcjE=:`}, "Ratelimit-Policy": {`"peruser";q=100;w=60;pk=:dXNlcjE=:`}},
 	} {
 		allocs := testing.AllocsPerRun(100, func() { ReadQuota(h, now) })
 		assert.Zero(t, allocs, "%v", h)
@@ -187,7 +231,7 @@ func FuzzReadQuota(f *testing.F) {
 }
 
 func TestScanQuota(t *testing.T) {
-	for _, k := range []string{"ratelimit", "RateLimit", "ratelimit-policy", "RateLimit-Reset", "ratelimit-limit", "ratelimit-remaining", "x-ratelimit-remaining", "X-RateLimit-Reset", "x-ratelimit-limit", "date"} {
+	for _, k := range []string{"ratelimit", "RateLimit", "ratelimit-policy", "RateLimit-Reset", "ratelimit-limit", "ratelimit-remaining", "x-ratelimit-remaining", "X-RateLimit-Reset", "x-ratelimit-limit", "x-ratelimit-resource", "date"} {
 		_, otherwise := ScanQuota(http.Header{"Content-Type": {"x"}, k: {"1"}})
 		assert.True(t, otherwise, k)
 	}

@@ -15,11 +15,13 @@ type sfParser struct {
 }
 
 // An sfValue is a Bare Item: a String or Token (text), an Integer or
-// Decimal (num, in thousandths; isNum), or another type (neither).
+// Decimal (num, in thousandths; isNum), a Byte Sequence (its base64 text;
+// isBytes), or a Boolean (neither).
 type sfValue struct {
-	text  string
-	num   int64
-	isNum bool
+	text    string
+	num     int64
+	isNum   bool
+	isBytes bool
 }
 
 func (p *sfParser) done() bool { return p.i >= len(p.s) }
@@ -145,7 +147,7 @@ func (p *sfParser) bareItem() (sfValue, bool) {
 			return sfValue{}, false
 		}
 		p.i++
-		return sfValue{}, true
+		return sfValue{text: p.s[start+1 : p.i-1], isBytes: true}, true
 	case c == '?': // Boolean
 		if p.i+1 < len(p.s) && (p.s[p.i+1] == '0' || p.s[p.i+1] == '1') {
 			p.i += 2
