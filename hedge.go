@@ -360,7 +360,8 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 				}
 			}
 			if running == 0 && last != nil {
-				return retryLoop(c).result(last.resp, last.err) // no hedge went
+				c.retryable = true // no hedge went: the call ends on a failure, as above
+				return retryLoop(c).result(last.resp, last.err)
 			}
 		case <-ctx.Done():
 			c.settle(attempts, results, running, last, false, context.Cause(ctx)) // the total timeout, or the caller's cause

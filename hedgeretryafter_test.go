@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -329,4 +330,30 @@ func TestHedgeWaitsPushback(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.GreaterOrEqual(t, againAt.Sub(answeredAt), 300*time.Millisecond, "the hedge waited the pushback")
+}
+
+// A hedge held for a Retry-After that may not go when the wait ends (here
+// the circuit was isolated meanwhile) ends the call on the answer it
+// waited on, reported as the failure it is.
+func TestHedgeHeldHedgeThatMayNotGo(t *testing.T) {
+	rec := &evRecorder{}
+	tr := hedgedTransport(t, rec, Options{})
+	up := newTimedUpstream(t, func(n int) string {
+		if n == 1 {
+			time.AfterFunc(100*time.Millisecond, tr.Handler().IsolateCircuit)
+			return "busy:1"
+		}
+		return "ok"
+	})
+	var report Report
+	req, err := http.NewRequestWithContext(WithReport(context.Background(), &report), http.MethodGet, up.URL, nil)
+	require.NoError(t, err)
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.Equal(t, "busy\n", readBody(t, resp))
+	arrived, _ := up.times()
+	assert.Len(t, arrived, 1, "no hedge went")
+	assert.Empty(t, rec.of(EventHedge))
+	assert.Equal(t, OutcomeFailureStatus, report.Outcome)
 }
