@@ -118,7 +118,7 @@ func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *
 			return nil, c.faulted(fault), true
 		}
 	}
-	c.retryable = c.judge(s, c.attempts == 1, c.budget(), resp, err, nil)
+	c.retryable = c.judge(s, c.attempts == 1 || c.firstDelivery, c.budget(), resp, err, nil)
 	return resp, err, false
 }
 

@@ -44,7 +44,11 @@ type retrying struct {
 	retryable  bool // the last attempt failed in a way the retry layer retries
 	prepared   bool // body.prepare has run
 	quotaTaken bool // admission took the call's share of the server's quota (admission.go)
-	delays     backoff.BackOff
+	// firstDelivery says that the next attempt is a failover after attempts
+	// whose request never left the client (retry.go): the retry budget
+	// counts it as a first attempt, and it claimed no token.
+	firstDelivery bool
+	delays        backoff.BackOff
 }
 
 // admission is a call's hold on its host's concurrency limit.

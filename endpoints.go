@@ -2,7 +2,10 @@ package resilience
 
 import (
 	"errors"
+	"io"
+	"net"
 	"net/http"
+	"syscall"
 )
 
 // routing is a call with Endpoints choosing its endpoints.
@@ -24,6 +27,8 @@ type route struct {
 	r       *router
 	tried   uint32 // the endpoints the call has sent to or found refusing, by index
 	dropped uint32 // the endpoints that failed the call in a way no retry on them mends (endpointFault)
+	sent    uint32 // the endpoints attempts of the call ended on (ended)
+	paused  uint32 // the endpoints a hedge waits for (hedgePauses): passed over while another is open
 	next    int    // RouteOrdered: the index of the next attempt's endpoint
 	last    int    // the endpoint of the latest attempt sent
 	drawn   int    // 1 + the endpoint ahead drew for the next pick; 0 for none
@@ -58,6 +63,9 @@ func (rt *route) draw(h *Handler) int {
 	open := (uint32(1)<<n - 1) &^ rt.dropped
 	if open == 0 {
 		return -1
+	}
+	if o := open &^ rt.paused; o != 0 {
+		open = o
 	}
 	if rt.r.mode == RouteOrdered {
 		for {
@@ -105,16 +113,47 @@ func endpointFault(err error) bool {
 	return err != nil && isTLSFailure(err)
 }
 
+// connectionFailure reports whether err, the error of an attempt that got
+// no response, says that its connection failed before any response came:
+// the request never reached the endpoint (undelivered), or the connection
+// was reset or closed before a response byte (the request may have been
+// written, and the method rule alone decides whether it is sent again). A
+// retry after such a failure need not wait to go to another endpoint: the
+// failure says nothing of it. Classified by the errors' types and the
+// operation net names, never their text.
+func connectionFailure(err error) bool {
+	return undelivered(err) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF)
+}
+
+// undelivered reports whether err says that an attempt's request never left
+// the client: the dial failed (refused, unreachable, a name that does not
+// resolve, a dial timeout), or the TLS handshake did, which comes before
+// any byte of the request.
+func undelivered(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" || errors.Is(err, syscall.ECONNREFUSED) || isTLSFailure(err)
+}
+
 // ended notes how the attempt sent to endpoint i ended: an endpointFault
 // drops the endpoint from the call's route, for good.
 func (rt *route) ended(i int, err error) {
+	rt.sent |= 1 << i
 	if endpointFault(err) {
-		rt.dropped |= 1 << i
-		if rt.drawn == i+1 {
-			rt.drawn = 0
-		}
+		rt.drop(i)
 	}
 }
+
+// drop drops endpoint i from the call's route, for good.
+func (rt *route) drop(i int) {
+	rt.dropped |= 1 << i
+	if rt.drawn == i+1 {
+		rt.drawn = 0
+	}
+}
+
+// fresh reports whether endpoint i is one no attempt of the call has ended
+// on yet.
+func (rt *route) fresh(i int) bool { return i >= 0 && rt.sent&(1<<i) == 0 }
 
 // left reports whether an endpoint is left that the call has not dropped.
 func (rt *route) left() bool { return rt.dropped != uint32(1)<<len(rt.r.eps)-1 }

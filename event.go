@@ -27,7 +27,7 @@ const (
 	EventAttempt                                  // an attempt ended, after Duration
 	EventCall                                     // a call returned, after Attempt attempts
 	EventBudgetExceeded                           // a retry or hedge the budget refused
-	EventHedge                                    // a hedge sent, after Delay (0: on a failure)
+	EventHedge                                    // a hedge sent, after Delay (on a failure: 0, or its Retry-After's wait)
 	EventFallback                                 // a kept response (StatusCode) answered Err
 	EventHedgeCapped                              // a hedge not sent: MaxExtraLoad (once a call)
 	EventSharedRateFallback                       // the shared rate answers locally (Err: why)

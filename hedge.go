@@ -207,13 +207,20 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 	// claims a token as a retry does. Each refusal is reported once per
 	// call, however often the hedge is asked for.
 	refused, reported, cappedReported := false, false, false
+	mayHedge := func() bool {
+		// an open or probing circuit gets no extra load
+		return len(attempts) <= hedges && !c.h.isolated.Load() && (rt == nil || rt.left()) && c.s.circuit.Closed()
+	}
+	refuse := func(why *budget.Refusal) {
+		if !reported {
+			reported = true
+			c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(attempts) + 1, Err: why.Of(nil)})
+		}
+	}
 	another := func(delay time.Duration, speculative bool) bool {
 		refused = false
-		if len(attempts) > hedges || c.h.isolated.Load() || (rt != nil && !rt.left()) {
+		if !mayHedge() {
 			return false
-		}
-		if !c.s.circuit.Closed() {
-			return false // an open or probing circuit gets no extra load
 		}
 		claimed := false
 		if speculative {
@@ -227,10 +234,7 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 			}
 		} else if b := c.budget(); b != nil {
 			if why := b.Take(); why != nil {
-				if !reported {
-					reported = true
-					c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(attempts) + 1, Err: why.Of(nil)})
-				}
+				refuse(why)
 				refused = true
 				return false
 			}
@@ -258,6 +262,11 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 	}
 
 	var last *hedgeOutcome // the latest handled failure, kept until something better comes
+	// A failure whose server asked for a wait (a Retry-After) holds the
+	// hedge it would send at once until the wait ends (owed, since owedAt),
+	// and so does a speculative hedge meanwhile (hedgepause.go).
+	var pauses *hedgePauses
+	owed, owedAt := false, time.Time{}
 	for {
 		select {
 		case o := <-results:
@@ -302,7 +311,21 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 					go c.discardLoser(a, last) // never keep the next outcome waiting on a loser
 				}
 				last = &o
-				if another(0, false) || refused {
+				pauses = c.heed(pauses, rt, &o)
+				now := time.Now()
+				if pause, ok := pauses.wait(rt, c.h, now); !ok || (pause > 0 && !mayHedge()) {
+					owed = false // no hedge may go: the attempts running, if any, have the last word
+				} else if pause > 0 {
+					if why := c.budget().Refuses(); why != nil && running == 0 {
+						refuse(why) // nothing to wait for: answer now, as a retry would
+					} else {
+						if !owed {
+							owed, owedAt = true, now
+						}
+						timer.Reset(pause)
+						continue
+					}
+				} else if another(0, false) || refused {
 					if timer != nil {
 						timer.Reset(delay)
 					}
@@ -318,8 +341,27 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 				return retryLoop(c).result(last.resp, last.err)
 			}
 		case <-tick:
-			if another(delay, running > 0) || refused {
-				timer.Reset(delay) // a refused hedge is asked for again later
+			now := time.Now()
+			pause, ok := pauses.wait(rt, c.h, now)
+			switch {
+			case !ok:
+				owed = false
+			case pause > 0:
+				timer.Reset(pause) // the server the hedge would go to asked for a wait
+				continue
+			default:
+				d, speculative := delay, running > 0 && !owed
+				if owed {
+					d = now.Sub(owedAt) // a failure's hedge, held for a Retry-After
+				}
+				owed = false
+				if another(d, speculative) || refused {
+					timer.Reset(delay) // a refused hedge is asked for again later
+				}
+			}
+			if running == 0 && last != nil {
+				c.retryable = true // no hedge went: the call ends on a failure, as above
+				return retryLoop(c).result(last.resp, last.err)
 			}
 		case <-ctx.Done():
 			c.settle(attempts, results, running, last, false, context.Cause(ctx)) // the total timeout, or the caller's cause

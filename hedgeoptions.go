@@ -16,9 +16,11 @@ const (
 
 // HedgingOptions configures hedging, which replaces the retry layer: while
 // no attempt has an acceptable outcome, another follows after Delay (at once
-// after a failure), up to MaxHedges more; the first acceptable outcome wins.
-// Only requests the method rule allows are hedged. Each hedge needs a closed
-// circuit, and one after a failure a budget token. See docs/hedging.md.
+// after a failure, unless its server asked for a wait with Retry-After, as
+// Retry's options read it), up to MaxHedges more; the first acceptable
+// outcome wins. Only requests the method rule allows are hedged. Each hedge
+// needs a closed circuit, and one after a failure a budget token. See
+// docs/hedging.md.
 type HedgingOptions struct {
 	Enabled   bool          // off by default
 	MaxHedges int           // attempts besides the first, at most 10; default 1

@@ -49,8 +49,9 @@ type Options struct {
 
 	// Endpoints, if set, are the base URLs of the attempts: retries and
 	// hedges go to the next as Routing says, and each has a circuit breaker
-	// and an overload limit of its own. At most 16, none by default; an
-	// empty, non-nil list is an error.
+	// and an overload limit of its own. A retry to an endpoint the call has
+	// not tried, after a connection failure, goes at once. At most 16, none
+	// by default; an empty, non-nil list is an error.
 	Endpoints []Endpoint
 	Routing   Routing // how attempts go to Endpoints; default RouteOrdered
 

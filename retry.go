@@ -24,13 +24,14 @@ func (c retryLoop) run(now time.Time) (*http.Response, error) {
 	var waited time.Duration    // before attempt n
 	var prevResp *http.Response // the outcome before attempt n, for a retry refused unsent
 	var prevErr error
+	unsent := true // every attempt so far failed before its request left the client
 	for n := 1; ; n++ {
 		if n > 1 {
 			now = time.Now()
 		}
 		resp, err, final := sending(c).attempt(now, waited, rt)
 		if final {
-			if n > 1 && c.budget() != nil {
+			if n > 1 && c.budget() != nil && !c.firstDelivery {
 				c.budget().Release() // never judged: its claim says nothing
 			}
 			// A retry the overload limiter shed or the circuit refused was
@@ -55,12 +56,28 @@ func (c retryLoop) run(now time.Time) (*http.Response, error) {
 			return c.result(resp, err)
 		}
 		// A Retry-After is the answering server's: a retry sent to another
-		// endpoint (failover) waits the backoff only.
-		wait, ok := c.nextDelay(n, resp, err, rt != nil && rt.ahead(c.h) != rt.last)
+		// endpoint (failover) waits the backoff only, and none at all after
+		// a connection failure, to an endpoint the call has not tried: that
+		// failure says nothing of it. The backoff is for an endpoint tried
+		// again, and for one whose circuit would pass the retry on to
+		// another.
+		elsewhere, atOnce := false, false
+		if rt != nil {
+			next := rt.ahead(c.h)
+			elsewhere = next != rt.last
+			atOnce = elsewhere && resp == nil && rt.fresh(next) && connectionFailure(err) &&
+				rt.state(c.h, next).circuit.Closed()
+		}
+		// Such a failover, after attempts that all failed before their
+		// request left the client, is the request's first delivery to a
+		// server: as a first attempt, it claims no budget token.
+		unsent = unsent && resp == nil && undelivered(err)
+		free := atOnce && unsent
+		wait, ok := c.nextDelay(n, resp, err, elsewhere, atOnce)
 		if !ok {
 			return c.result(resp, err) // the wait asked for does not fit: answer now
 		}
-		if why := c.budget().Refuses(); why != nil {
+		if why := c.budget().Refuses(); why != nil && !free {
 			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: why.Of(err)}
 			if resp != nil {
 				e.StatusCode = resp.StatusCode
@@ -96,6 +113,10 @@ func (c retryLoop) run(now time.Time) (*http.Response, error) {
 		// failed and emptied the budget. Asked only before the wait, every
 		// call that failed within one backoff delay of an outage's start
 		// would retry into it.
+		c.firstDelivery = free
+		if free {
+			continue
+		}
 		if why := c.budget().Take(); why != nil {
 			if resp != nil && kept == nil {
 				// The response is gone (its body was too long to keep):
@@ -120,27 +141,26 @@ func (c retryLoop) run(now time.Time) (*http.Response, error) {
 // request context's own deadline (http.Client.Timeout is one). A
 // Retry-After honoured wins over DelayFunc, which wins over the computed
 // delay. elsewhere says the retry goes to another endpoint than resp's:
-// resp's Retry-After does not apply to it.
-func (c retryLoop) nextDelay(n int, resp *http.Response, err error, elsewhere bool) (time.Duration, bool) {
+// resp's Retry-After does not apply to it; atOnce, that it goes there
+// after a connection failure, with a computed delay of 0 that takes no
+// step of the backoff sequence.
+func (c retryLoop) nextDelay(n int, resp *http.Response, err error, elsewhere, atOnce bool) (time.Duration, bool) {
 	r := c.cfg.Retry
-	if c.delays == nil {
-		c.delays = newBackOff(r)
+	var wait time.Duration
+	if !atOnce {
+		if c.delays == nil {
+			c.delays = newBackOff(r)
+		}
+		wait = min(c.delays.NextBackOff(), r.MaxDelay)
 	}
-	wait := min(c.delays.NextBackOff(), r.MaxDelay)
 	now := time.Now()
 	honoured := false
-	if !r.IgnoreRetryAfter && !elsewhere {
-		d, ok := headers.RetryAfter(resp, now)
-		if !ok && c.keyed {
-			d, ok = conflictRetryAfter(resp, now)
+	if !elsewhere {
+		d, asked, ok := c.serverWait(resp, now)
+		if !ok {
+			return 0, false
 		}
-		if p, stop, pok := pushbackOf(resp, c.cfg.Propagation); pok && !stop && (!ok || p > d) {
-			d, ok = p, true // the contract's pushback, where it asks for longer
-		}
-		if ok {
-			if r.MaxRetryAfter > 0 && d > r.MaxRetryAfter {
-				return 0, false
-			}
+		if asked {
 			wait, honoured = d, true
 		}
 	}
@@ -154,6 +174,32 @@ func (c retryLoop) nextDelay(n int, resp *http.Response, err error, elsewhere bo
 		return 0, false
 	}
 	return wait, true
+}
+
+// serverWait returns the wait resp asks for before the request is sent to
+// its server again: its Retry-After (a keyed call's 409's too), or the
+// deadline contract's pushback where that asks for longer; asked is false
+// when it asks for none, or IgnoreRetryAfter is set. ok is false when the
+// wait is not to be made at all (over MaxRetryAfter): the caller gets resp
+// at once, or, with Endpoints, the request goes elsewhere. Whether the wait
+// fits the call's deadline is the caller's to judge. The retry loop
+// (nextDelay) and the hedging race (hedgePauses) both ask it.
+func (c *call) serverWait(resp *http.Response, now time.Time) (d time.Duration, asked, ok bool) {
+	r := c.cfg.Retry
+	if r.IgnoreRetryAfter {
+		return 0, false, true
+	}
+	d, asked = headers.RetryAfter(resp, now)
+	if !asked && c.keyed {
+		d, asked = conflictRetryAfter(resp, now)
+	}
+	if p, stop, pok := pushbackOf(resp, c.cfg.Propagation); pok && !stop && (!asked || p > d) {
+		d, asked = p, true // the contract's pushback, where it asks for longer
+	}
+	if asked && r.MaxRetryAfter > 0 && d > r.MaxRetryAfter {
+		return 0, true, false
+	}
+	return d, asked, true
 }
 
 // result is what the caller gets when retries stop on an attempt's outcome.

@@ -143,7 +143,7 @@ func (b BackoffType) String() string {
 // must not modify or keep Request, nor read or close Response's body.
 type DelayInfo struct {
 	Retry    int            // the retry's number, from 1
-	Delay    time.Duration  // the computed delay; 0 if RetryOptions.Delay < 0
+	Delay    time.Duration  // the computed delay; 0 if RetryOptions.Delay < 0, or for a failover after a connection failure
 	Response *http.Response // the failed attempt's response, or nil
 	Err      error          // the failed attempt's error, or nil
 	Request  *http.Request  // the caller's request
