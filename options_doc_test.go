@@ -180,6 +180,8 @@ func TestLayerOrderAgrees(t *testing.T) {
 			[]string{"admission", "total deadline", "retry", "circuit breaker", "overload", "attempt deadline"}},
 		{"README.md's defaults table", between(read("README.md"), "## Defaults", "\n## "),
 			[]string{"\n| admission |", "\n| total timeout |", "\n| retry |", "\n| circuit breaker |", "\n| overload |", "\n| attempt timeout |"}},
+		{"docs/defaults.md's table", between(read("docs/defaults.md"), "## The layers and their defaults", "\n## "),
+			[]string{"\n| admission |", "\n| total timeout |", "\n| retry |", "\n| circuit breaker |", "\n| overload |", "\n| attempt timeout |"}},
 	} {
 		at := make([]int, len(layers))
 		for i, mark := range src.marks {
