@@ -24,7 +24,7 @@ func (c admitting) paceShared(sr SharedRate) error {
 				return c.rateRefused(limitShared, rle.RetryAfter, nil)
 			}
 			c.emit(Event{Kind: EventRateLimited, Err: err})
-			return c.errorf(ErrRateLimited, err, "the %s rate's store failed", limitShared)
+			return c.errorf(ErrRateLimited, err, "because the %s rate's store failed", limitShared)
 		}
 		c.s.sharedFallback(c.call, res.Fallback)
 		if res.Wait <= 0 {

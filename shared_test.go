@@ -162,7 +162,7 @@ func TestSharedRateStoreErrorRefuses(t *testing.T) {
 	_, err = cbGet(t, tr, up.URL)
 	require.ErrorIs(t, err, ErrRateLimited)
 	require.ErrorIs(t, err, broken)
-	assert.Contains(t, err.Error(), `handler "adm-test"`)
+	assert.Contains(t, err.Error(), `handler "adm-test": rate limited because the shared rate's store failed: store unreachable`)
 	assert.Zero(t, up.hits.Load())
 	assert.Equal(t, 1, rec.count(EventRateLimited))
 	assert.Zero(t, admHeldPermits(h))
