@@ -9,17 +9,13 @@ import (
 	"github.com/failsafe-go/failsafe-go/bulkhead"
 )
 
-// admitting is a call being admitted: its concurrency permit here, its rate
-// permits in pace.go, shared.go and serverquota.go.
-type admitting struct{ *call }
-
 // admit takes a concurrency permit, waiting in the queue if there is room
 // there, and a rate permit, and reports whether the call waited or may
 // have (a rate it paces by, which may have held it): the clock is read
 // again then, for the first attempt's start. The permit
 // is given back to the bulkhead it came from, even if an Update has
 // replaced that bulkhead since.
-func (c admitting) admit() (queued bool, err error) {
+func (c *call) admit() (queued bool, err error) {
 	p := c.s.policies.Load()
 	if bh := p.bulkhead; bh != nil {
 		if !bh.TryAcquirePermit() {
@@ -56,7 +52,7 @@ func (c admitting) admit() (queued bool, err error) {
 	return queued, nil
 }
 
-func (c admitting) queue(bh bulkhead.Bulkhead[any]) error {
+func (c *call) queue(bh bulkhead.Bulkhead[any]) error {
 	s := c.s
 	reject := func(detail string, cause error) error {
 		c.emit(Event{Kind: EventRateLimited, Err: cause})

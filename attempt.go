@@ -6,127 +6,233 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"syscall"
+	"sync/atomic"
 	"time"
 
 	"github.com/resilienthttp/resilience/internal/budget"
-	"github.com/resilienthttp/resilience/internal/headers"
 	"github.com/resilienthttp/resilience/internal/httpbody"
 )
 
-// sending is a call sending one attempt, through its retry loop or its
-// hedging race.
-type sending struct{ *call }
+// An attempt is one sending of a call's request: where it goes, what it
+// holds (a circuit permit, an overload slot, a retry budget token), its
+// context and deadline. The retry loop (retry.go) and the hedging race
+// (hedge.go) each make one per attempt and send it the same way (send),
+// the loop on the call's goroutine, the race on a goroutine of the
+// attempt's own; what send comes to is an outcome, and only the call's
+// goroutine acts on it.
+type attempt struct {
+	c     *call
+	n     int           // 1 for the call's first
+	delay time.Duration // waited before it, as EventAttempt says
+	s     *hostState    // whose circuit and overload limiter it goes through
+	ep    *endpoint     // with Endpoints, where it goes; nil otherwise
+	idx   int           // ep's index in the route
+	probe uint64        // the circuit's half-open probe it is, if any
 
-// attempt sends one attempt through the circuit breaker under the attempt
-// deadline. When final is true the call is over and err says why; otherwise
-// the outcome is the attempt's, for the retry layer to judge.
-func (c sending) attempt(now time.Time, waited time.Duration, rt *route) (resp *http.Response, err error, final bool) {
-	h := c.h
-	if err := c.callerLeft(); err != nil {
-		return nil, c.errorf(nil, err, ""), true // the caller left: say so, not what the circuit would have said
-	}
-	if !c.totalAt.IsZero() && !now.Before(c.totalAt) {
-		return nil, reporting(c).totalTimeout(nil), true
-	}
-	if h.isolated.Load() {
-		return nil, reporting(c).rejected(ErrIsolated), true
-	}
-	s, ep := c.s, (*endpoint)(nil)
-	var probe uint64
-	if rt != nil {
-		if ep, s, probe, err = routing(c).admitRouted(rt); err != nil {
-			return nil, c.errorf(ErrCircuitOpen, err, "on every endpoint"), true
+	admitted bool // the route took the circuit's permit (admitRouted): send does not ask
+	queue    bool // it waits for an overload slot (a first attempt, a retry); a hedge only tries
+	first    bool // the retry budget counts it as a first attempt
+	claimed  bool // it holds a token of rb, which its judgement, or its end unjudged, settles
+
+	rb *budget.Budget // the retry budget that judges it; nil: not counted
+
+	// ownBody says that send takes the request's body from the call, on the
+	// call's goroutine, once it is sure to be sent; otherwise body and
+	// getBody are the attempt's, taken by the loop that made it.
+	ownBody bool
+	body    io.ReadCloser
+	getBody func() (io.ReadCloser, error)
+
+	// ctx is what its request's context derives from; cancel, if not nil,
+	// cancels the attempt with a cause (a hedge's: the race's loss).
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	dl     *deadlines     // its deadlines: the call's, or a hedge's own
+	rec    *attemptEvents // nil: its events are emitted as they come (the call's goroutine)
+
+	// sent is when it was sent (UnixNano), set by send just before; for a
+	// hedge, the race ending while it is still queued sets it to notSent
+	// first if it can: it is then never sent.
+	sent *atomic.Int64
+}
+
+// What an attempt came to.
+type outcomeKind uint8
+
+const (
+	outcomeAnswer    outcomeKind = iota // a response or error the retry layer does not retry: the call's answer
+	outcomeFailure                      // a failure the retry layer retries
+	outcomeRejected                     // the circuit refused it, or the handler is isolated; nothing was sent
+	outcomeShed                         // the overload limiter refused it, or the caller left while it queued; nothing was sent
+	outcomeFault                        // the request's own failure (its body, its form): the call ends on it
+	outcomeTotal                        // the total deadline cut it
+	outcomeAbandoned                    // cancelled: the caller left, the race was lost, or it was never sent
+)
+
+// An outcome is what an attempt came to: its response or error, and
+// what that is to the call.
+type outcome struct {
+	resp *http.Response
+	err  error // for outcomeRejected, why the circuit is open; for outcomeShed, the limiter's refusal
+	kind outcomeKind
+	sent bool // its request went to the base RoundTripper
+}
+
+// send sends the attempt: it asks the circuit (unless the route did), takes
+// an overload slot, builds the attempt's request, sends it under the
+// attempt's deadline, and tells the overload limiter, the server quota, the
+// circuit and the retry budget how it went. Its events go to a.rec, or are
+// emitted. now is when it was started: its deadline runs from then, or
+// from the end of its wait for a slot.
+func (a *attempt) send(now time.Time) outcome {
+	c := a.c
+	if !a.admitted {
+		var refused error
+		if c.h.isolated.Load() {
+			refused = ErrIsolated
+		} else {
+			a.probe, refused = a.s.circuit.Admit()
 		}
-	} else if probe, err = s.circuit.Admit(); err != nil {
-		return nil, reporting(c).rejected(err), true
+		if refused != nil {
+			a.unsent()
+			return outcome{err: refused, kind: outcomeRejected}
+		}
 	}
-	slot, err := c.takeSlot(c.req.Context(), s, c.attempts+1, true, now, nil)
+	slot, err := c.takeSlot(a.ctx, a.s, a.n, a.queue, now, a.rec) // overload.go
 	if err != nil {
-		s.circuit.ReleaseProbe(probe) // nothing was sent
-		var oe *OverloadError
-		if c.attempts > 0 && errors.As(err, &oe) {
-			return nil, &shedError{oe}, true // a retry shed: the call ends on the outcome before
-		}
-		return nil, c.overloadFailure(err), true
+		a.unsent()
+		a.s.circuit.ReleaseProbe(a.probe) // nothing was sent
+		return outcome{err: err, kind: outcomeShed}
 	}
 	if slot.l != nil {
 		now = slot.at // the attempt's deadline runs from the end of its wait for a slot
 	}
-	if !c.prepared {
-		// Only now, once the call will be sent, is the body read ahead.
-		c.prepared = true
-		if err := c.body.Prepare(c.req, c.repeatable, c.cfg.MaxBufferedBody); err != nil {
+	if a.ownBody {
+		if err := a.takeBody(); err != nil {
+			a.settle()
 			slot.release(overloadDropped)
-			s.circuit.ReleaseProbe(probe) // the request's own failure
-			return nil, c.faulted(err), true
+			a.s.circuit.ReleaseProbe(a.probe) // the request's own failure
+			return outcome{err: err, kind: outcomeFault}
 		}
 	}
-	body, getBody, err := c.body.Next()
-	if err != nil {
+	if a.sent != nil && !a.sent.CompareAndSwap(0, now.UnixNano()) { // the race ended while it queued: never sent
+		a.unsent()
 		slot.release(overloadDropped)
-		s.circuit.ReleaseProbe(probe)
-		return nil, c.faulted(err), true
+		a.s.circuit.ReleaseProbe(a.probe)
+		return outcome{kind: outcomeAbandoned}
 	}
 
-	ctx, cancel := c.req.Context(), context.CancelCauseFunc(nil)
-	if c.cancelable() {
+	ctx, cancel := a.ctx, a.cancel
+	if cancel == nil && c.cancelable() {
 		ctx, cancel = context.WithCancelCause(ctx)
 	}
-	r, sent := c.attemptRequest(ctx, c.attempts+1, waited, ep, body, getBody)
-	if ep != nil {
-		ep.retarget(r)
+	r, sent := c.attemptRequest(ctx, a.n, a.delay, a.ep, a.body, a.getBody)
+	if a.ep != nil {
+		a.ep.retarget(r)
 	}
-	c.attempts++
-	c.start(cancel, now)
-	sentAt := c.sendingAttempt(c.attempts)
-	resp, err = c.base.RoundTrip(r)
+	a.dl.start(cancel, c.attemptLimit, now)
+	sentAt := c.sendingAttempt(a.n) // serverquota.go
+	resp, err := c.base.RoundTrip(r)
 	c.attemptAnswered(sentAt, resp)
-	fired := c.headers()
+	fired := a.dl.answered() // the deadline that cut it, if one did
+	if fired == nil && err != nil && context.Cause(ctx) == ErrTotalTimeout {
+		fired = ErrTotalTimeout // a hedge: the race's context reached the total deadline
+	}
+	if a.dl != &c.deadlines {
+		a.dl.mu.Lock()
+		a.dl.releaseTimerLocked() // its headers came, or it failed: a hedge's deadline is done
+		a.dl.mu.Unlock()
+	}
+	left := err != nil && fired == nil && (context.Cause(ctx) != nil || c.callerLeft() != nil)
 	if slot.l != nil {
 		o := c.overloadOutcome(resp, err, fired)
-		if o == overloadLoss && requestFault(sent, err) != nil {
+		if left || (o == overloadLoss && requestFault(sent, err) != nil) {
 			o = overloadDropped
 		}
 		slot.release(o)
 	}
-	reporting(c).attemptEnded(c.attempts, now, waited, resp, err, fired, ep, nil)
+	c.attemptEnded(a.n, now, a.delay, resp, err, fired, a.ep, a.rec) // report.go
+	if hg := &c.cfg.Hedging; hg.Enabled && hg.DelayPercentile > 0 && !left && fired != ErrTotalTimeout {
+		c.h.latency.Record(time.Since(now)) // an attempt cut short by another's end says nothing of the latency
+	}
 
 	switch {
 	case fired == ErrTotalTimeout:
 		if resp != nil {
 			resp.Body.Close()
 		}
-		s.abandonProbe(probe, ErrTotalTimeout)
-		return nil, reporting(c).totalTimeout(err), true
+		a.settle()
+		a.s.abandonProbe(a.probe, ErrTotalTimeout)
+		return outcome{err: err, kind: outcomeTotal, sent: true}
 	case fired == ErrAttemptTimeout:
 		if resp != nil {
 			resp.Body.Close()
 		}
 		resp, err = nil, ErrAttemptTimeout
-		e := Event{Kind: EventAttemptTimeout, Err: err}
-		if ep != nil {
-			ep.label(&e)
+		e := Event{Kind: EventAttemptTimeout, Attempt: a.n, Err: err}
+		if a.ep != nil {
+			a.ep.label(&e)
 		}
-		c.emit(e)
-	case err != nil && c.callerLeft() != nil:
-		s.abandonProbe(probe, err)
-		return nil, c.errorf(nil, err, ""), true
+		c.record(a.rec, e)
+	case left:
+		a.settle()
+		a.s.abandonProbe(a.probe, err) // the race's loser, or the caller gave up
+		return outcome{err: err, kind: outcomeAbandoned, sent: true}
 	case err != nil:
 		if fault := requestFault(sent, err); fault != nil {
-			s.circuit.ReleaseProbe(probe) // says nothing about the upstream
-			return nil, c.faulted(fault), true
+			a.settle()
+			a.s.circuit.ReleaseProbe(a.probe) // says nothing about the upstream
+			return outcome{err: fault, kind: outcomeFault, sent: true}
 		}
 	}
-	c.retryable = c.judge(s, c.attempts == 1 || c.firstDelivery, c.budget(), resp, err, nil)
-	return resp, err, false
+	if a.judge(resp, err) {
+		return outcome{resp: resp, err: err, kind: outcomeFailure, sent: true}
+	}
+	return outcome{resp: resp, err: err, kind: outcomeAnswer, sent: true}
 }
 
-// cancelable reports whether the call's attempts need a context of their
-// own, which its timer cancels: for a deadline, or to bound the draining
-// of a response that is retried. A call with neither sends its attempt on
-// the caller's context, and saves the context's two allocations.
-func (c sending) cancelable() bool {
+// takeBody takes the request's body for the attempt from the call, reading
+// it ahead the first time, once the call is sure to be sent.
+func (a *attempt) takeBody() error {
+	c := a.c
+	if !c.prepared {
+		c.prepared = true
+		if err := c.body.Prepare(c.req, c.repeatable, c.cfg.MaxBufferedBody); err != nil {
+			return err
+		}
+	}
+	var err error
+	a.body, a.getBody, err = c.body.Next()
+	return err
+}
+
+// unsent settles an attempt that was never sent: its budget token goes
+// back, and so does the body it was given (RoundTrip closes the bodies it
+// sends, and only those).
+func (a *attempt) unsent() {
+	a.settle()
+	if a.body != nil && !a.ownBody {
+		a.body.Close()
+	}
+}
+
+// settle gives back the retry budget token of an attempt that is not
+// judged: its end says nothing of the upstream.
+func (a *attempt) settle() {
+	if a.claimed {
+		a.claimed = false
+		a.rb.Release()
+	}
+}
+
+// notSent marks a hedge that its race gave up before it was sent.
+const notSent = -1
+
+// cancelable reports whether the call's sequential attempts need a context
+// of their own, which its timer cancels: for a deadline, or to bound the
+// draining of a response that is retried. A call with neither sends its
+// attempt on the caller's context, and saves the context's two allocations.
+func (c *call) cancelable() bool {
 	return c.attemptLimit > 0 || !c.totalAt.IsZero() || c.repeatable
 }
 
@@ -139,11 +245,11 @@ func (c sending) cancelable() bool {
 // would be the caller's request field for field, and no endpoint will
 // retarget it, it is the caller's request, unless an observer needs the
 // attempt's context.
-func (c sending) attemptRequest(ctx context.Context, n int, delay time.Duration, ep *endpoint, body io.ReadCloser, getBody func() (io.ReadCloser, error)) (*http.Request, *httpbody.Sent) {
+func (c *call) attemptRequest(ctx context.Context, n int, delay time.Duration, ep *endpoint, body io.ReadCloser, getBody func() (io.ReadCloser, error)) (*http.Request, *httpbody.Sent) {
 	stamped := c.cfg.Propagation.Enabled
 	var r *http.Request
 	if c.cfg.observed() {
-		o := &observedRequest{ctx: attemptContext{Context: ctx, c: c.call, n: n, delay: delay, ep: ep}}
+		o := &observedRequest{ctx: attemptContext{Context: ctx, c: c, n: n, delay: delay, ep: ep}}
 		o.req = *c.req.WithContext(&o.ctx) // inlined: the copy is o's, not one more allocation
 		r = &o.req
 	} else if ctx == c.req.Context() && body == nil && getBody == nil && c.req.Body == nil && c.req.GetBody == nil && ep == nil && !stamped {
@@ -185,16 +291,15 @@ func requestFault(body *httpbody.Sent, err error) error {
 	return nil
 }
 
-// judge tells s's circuit breaker and the retry budget rb (nil for none: an
-// attempt the budget does not count) how an attempt went (the first of its
-// call, or a later one), and reports whether it is a
-// failure the retry layer would retry; its event, if any, goes to rec
-// (record). The standard classification
-// (IsTransient) is computed once for all three; with Endpoints it
-// counts an endpoint's own failure (endpointFault) too, which moves the
-// call on to another endpoint.
-func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.Response, err error, rec *attemptEvents) (retryable bool) {
-	cfg := c.cfg
+// judge tells the attempt's circuit breaker and retry budget (if it counts
+// it) how it went, and reports whether its outcome, resp and err, is a
+// failure the retry layer would retry; its event, if any, goes to a.rec
+// (record). The standard classification (IsTransient) is computed once for
+// all three; with Endpoints it counts an endpoint's own failure
+// (endpointFault) too, which moves the call on to another endpoint. A 101
+// Switching Protocols is never retried: its connection is the caller's.
+func (a *attempt) judge(resp *http.Response, err error) (retryable bool) {
+	c, cfg := a.c, a.c.cfg
 	var transient bool
 	if cfg.Retry.ShouldRetry == nil || cfg.CircuitBreaker.ShouldHandle == nil {
 		transient = IsTransient(resp, err) || (cfg.route != nil && endpointFault(err))
@@ -209,9 +314,12 @@ func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.R
 	_, stop, _ := pushbackOf(resp, cfg.Propagation)
 	if stop {
 		retryable = false // the server's word: whatever the rules say, not again
-		c.record(rec, Event{Kind: EventPushback, StatusCode: resp.StatusCode})
+		c.record(a.rec, Event{Kind: EventPushback, Attempt: a.n, StatusCode: resp.StatusCode})
 	}
-	if s.circuit.Enabled() {
+	if err == nil && resp.StatusCode == http.StatusSwitchingProtocols {
+		retryable = false
+	}
+	if s := a.s; s.circuit.Enabled() {
 		failed := transient
 		if f := cfg.CircuitBreaker.ShouldHandle; f != nil {
 			failed = f(resp, err)
@@ -222,129 +330,33 @@ func (c sending) judge(s *hostState, first bool, rb *budget.Budget, resp *http.R
 			s.circuit.RecordSuccess()
 		}
 	}
-	switch {
+	switch rb := a.rb; {
 	case rb == nil:
 	case stop:
-		rb.Pushback(first)
+		rb.Pushback(a.first)
 	default:
-		rb.Record(first, retryable)
+		rb.Record(a.first, retryable)
 	}
+	a.claimed = false // judged: the budget settled its claim
 	return retryable
 }
 
-// takeSlot takes a slot of s's overload limiter for the call's attempt n,
-// if the limiter is on: at now, unless it waits for one. A first attempt, or a retry while the limiter is
-// not shedding, waits for one (queue), at most MaxQueueWait and never past
-// the call's deadline; a hedge only tries. ctx is the attempt's. A refusal
-// is reported (EventOverloadShed, to rec: record) and returned: an
-// *OverloadError, or ctx's error if the caller left while waiting.
-func (c sending) takeSlot(ctx context.Context, s *hostState, n int, queue bool, now time.Time, rec *attemptEvents) (overloadSlot, error) {
-	l := s.policies.Load().overload
-	if l == nil {
-		return overloadSlot{}, nil
+// AttemptFromContext reports which attempt of a call ctx belongs to, for the
+// context of an attempt's request a Handler with OnEvent or Logger sends: an
+// EventAttempt as it is about to be sent, with Duration, StatusCode and Err
+// zero; otelresilience gives each attempt a client span by it. For any other
+// context, ok is false.
+func AttemptFromContext(ctx context.Context) (e Event, ok bool) {
+	a, ok := ctx.Value(attemptKey{}).(*attemptContext)
+	if !ok {
+		return Event{}, false
 	}
-	var wait time.Duration
-	var until time.Time
-	if queue {
-		wait, until = l.opts.MaxQueueWait, c.deadline()
+	e = Event{Handler: a.c.cfg.Name, Kind: EventAttempt, Attempt: a.n, Delay: a.delay}
+	if a.ep != nil {
+		a.ep.label(&e) // as EventAttempt says it
 	}
-	slot, err := l.acquire(ctx, wait, until, n, now)
-	if err == nil && !l.reported.Load() {
-		return slot, nil // only a refusal starts the overloaded state, and it ends only once started
-	}
-	var oe *OverloadError
-	if errors.As(err, &oe) {
-		c.record(rec, Event{Kind: EventOverloadShed, Host: s.host, Attempt: n, Err: oe})
-	}
-	if now, changed := l.overloaded(); changed {
-		kind := EventOverloadEnded
-		if now {
-			kind = EventOverloaded
-		}
-		e := Event{Kind: kind, Host: s.host}
-		if oe != nil {
-			e.Err = oe
-		}
-		c.h.emit(e)
-	}
-	return slot, err
-}
-
-// overloadOutcome is what an attempt that ended with resp and err (fired: the
-// deadline that cut it, if any) tells the overload limiter.
-func (c sending) overloadOutcome(resp *http.Response, err, fired error) overloadOutcome {
-	switch {
-	case fired == ErrAttemptTimeout:
-		return overloadTimeout
-	case fired != nil || c.callerLeft() != nil:
-		return overloadDropped
-	case err != nil:
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			return overloadLoss
-		}
-		return overloadDropped
-	case resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests:
-		return overloadLoss
-	}
-	return overloadAnswered
-}
-
-// A shedError says that the overload limiter shed a retry: the call ends on
-// the outcome before it.
-type shedError struct{ *OverloadError }
-
-// overloadFailure is the error of a call whose first attempt the limiter
-// refused.
-func (c sending) overloadFailure(err error) error {
-	if errors.Is(err, ErrOverloaded) {
-		return c.errorf(nil, err, "")
-	}
-	return c.errorf(nil, err, "waiting for a slot")
-}
-
-// sendingAttempt notes that attempt n of the call is being sent, and
-// returns when, or zero if the quota is not followed yet. A retry or hedge
-// spends from the quota, and so does a first attempt whose call was
-// admitted before the quota was followed; the others took their share at
-// admission.
-func (c sending) sendingAttempt(n int) time.Time {
-	if !c.cfg.followsServer() {
-		return time.Time{}
-	}
-	q := &c.s.quota
-	q.sending.Add(1)
-	if !q.active.Load() {
-		return time.Time{}
-	}
-	now := time.Now()
-	if n > 1 || !c.quotaTaken {
-		q.spend(now)
-	}
-	return now
-}
-
-// attemptAnswered notes the end of an attempt sendingAttempt returned
-// sentAt for, and what its response, if any, says of the quota.
-func (c sending) attemptAnswered(sentAt time.Time, resp *http.Response) {
-	if !c.cfg.followsServer() {
-		return
-	}
-	q := &c.s.quota
-	if resp != nil {
-		h := resp.Header
-		var has, otherwise bool
-		if _, ok := c.base.(*http.Transport); ok {
-			has = headers.HasQuota(h)
-		} else if has, otherwise = headers.ScanQuota(h); otherwise {
-			h = headers.CanonicalClone(h) // net/http's canonicalizes what it reads; another may not
-			has = headers.HasQuota(h)
-		}
-		if resp.StatusCode == http.StatusTooManyRequests || has {
-			q.observe(c.req, resp, h, sentAt, time.Now(), c.cfg.maxServerWait(), c.cfg.RateLimit.PauseOn429)
-			return
-		}
-	}
-	q.sending.Add(-1)
+	a.c.about(&e)
+	return e, true
 }
 
 // An attemptContext is the context of an attempt's request: the attempt's

@@ -8,14 +8,11 @@ import (
 	"time"
 )
 
-// reporting is a call telling its observers and its caller how it went.
-type reporting struct{ *call }
-
 // What a call tells its observers (events) and its caller (errors).
 
 // ended reports the call's outcome to observers, if any, and to the
 // caller's Report, if it asked for one.
-func (c reporting) ended(start time.Time, resp *http.Response, err error) {
+func (c *call) ended(start time.Time, resp *http.Response, err error) {
 	if c.wantsReport() {
 		// One Report covers every RoundTrip made with its context (each hop
 		// of the redirects http.Client follows): counts add up, and the
@@ -87,7 +84,7 @@ func (c *call) outcome(resp *http.Response, err error) (Outcome, int) {
 func (c *call) wantsReport() bool { return c.over != nil && c.over.report != nil }
 
 // rejected is the error of a call the circuit refused, for reason.
-func (c reporting) rejected(reason error) error {
+func (c *call) rejected(reason error) error {
 	c.emit(Event{Kind: EventCircuitRejected, Attempt: c.attempts + 1, Err: reason})
 	detail := ""
 	if !c.h.isolated.Load() {
@@ -98,7 +95,7 @@ func (c reporting) rejected(reason error) error {
 	return c.errorf(ErrCircuitOpen, reason, "%s", detail)
 }
 
-func (c reporting) totalTimeout(cause error) error {
+func (c *call) totalTimeout(cause error) error {
 	if errors.Is(cause, ErrTotalTimeout) {
 		cause = nil // the transport handed back our own cause: nothing to add
 	}
@@ -109,7 +106,7 @@ func (c reporting) totalTimeout(cause error) error {
 // attemptEnded reports attempt n, begun at start after waiting delay, to
 // observers: its status, or its error, or the deadline that cut it short.
 // From an attempt's own goroutine, rec keeps the event (record).
-func (c reporting) attemptEnded(n int, start time.Time, delay time.Duration, resp *http.Response, err, deadline error, ep *endpoint, rec *attemptEvents) {
+func (c *call) attemptEnded(n int, start time.Time, delay time.Duration, resp *http.Response, err, deadline error, ep *endpoint, rec *attemptEvents) {
 	if !c.cfg.observed() {
 		return
 	}

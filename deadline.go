@@ -6,23 +6,42 @@ import (
 	"time"
 )
 
-// One timer per call enforces both deadlines. While an attempt waits for its
-// headers the timer is armed for the earlier of the attempt and total
-// deadlines; when it fires it cancels the attempt's context with the
-// deadline's sentinel as the cause. Once headers arrive only the total
-// deadline applies, but the timer is not re-armed then: the success path
-// stays cheap, and if the attempt deadline fires during the body it simply
-// re-arms for the total deadline. A retried response drains under a short
-// bound of its own.
+// One timer enforces a call's deadlines, and one an attempt's that runs
+// beside others (a hedge): each is a deadlines, armed when an attempt is
+// sent (start). While an attempt waits for its headers the timer is armed
+// for the earlier of the attempt and total deadlines; when it fires it
+// cancels the attempt's context with the deadline's sentinel as the cause.
+// Once headers arrive only the total deadline applies, but the timer is not
+// re-armed then: the success path stays cheap, and if the attempt deadline
+// fires during the body it simply re-arms for the total deadline. A retried
+// response drains under a short bound of its own (body.go).
+
+// deadlines are the deadlines of the attempt being sent: the call's own
+// (call.deadlines), which its sequential attempts and then its delivered
+// body share, or a hedge's, which has only the attempt deadline (the race's
+// context brings the total one). mu guards the fields below it.
+type deadlines struct {
+	owner   *call     // whose timer slots it lends, and whose body its total deadline ends once delivered
+	totalAt time.Time // the total deadline; zero for none
+
+	mu         sync.Mutex
+	timer      *timerSlot
+	armedAt    time.Time
+	armedCause error                   // what the timer cancels with; nil when disarmed
+	cancel     context.CancelCauseFunc // the current attempt's
+	fired      error                   // the cause the timer cancelled the current attempt with
+	inBody     bool                    // the current attempt's headers arrived in time
+	delivered  bool                    // the caller holds the body: the total timeout ends the call
+}
 
 // A timerSlot is a reusable timer whose function is bound once, to the slot;
-// the slot points at the call it serves. Handlers keep the free ones
+// the slot points at the deadlines it serves. Handlers keep the free ones
 // (timerSlots), which saves a timer and a closure per call.
 //
-// A slot's timer is left running when its call ends or disarms it, and is
-// reset only to fire earlier than it will: a call whose deadline is later
-// than a pending firing is woken at that firing, finds its own deadline not
-// yet passed and arms the timer again for it (fire). On the success path a
+// A slot's timer is left running when its deadlines end or disarm it, and
+// is reset only to fire earlier than it will: deadlines later than a
+// pending firing are woken at that firing, find their own not yet passed
+// and arm the timer again (fire). On the success path a
 // call then neither resets nor stops the runtime's timer, which took a
 // fifth of the handler's own time (bench/results/overhead-issue20.md): with
 // the default 10 s attempt timeout, a slot's timer fires once per 10 s
@@ -31,8 +50,8 @@ type timerSlot struct {
 	t *time.Timer
 
 	mu  sync.Mutex
-	c   *call     // the call it serves; nil while it is free
-	due time.Time // when t fires; zero when it is stopped or has fired
+	d   *deadlines // the deadlines it serves; nil while it is free
+	due time.Time  // when t fires; zero when it is stopped or has fired
 }
 
 func newTimerSlot() *timerSlot {
@@ -84,24 +103,24 @@ func (p *timerSlots) recycle(s *timerSlot) {
 func (s *timerSlot) fire() {
 	s.mu.Lock()
 	s.due = time.Time{}
-	c := s.c
+	d := s.d
 	s.mu.Unlock()
-	if c != nil {
-		c.fire()
+	if d != nil && d.fire() {
+		d.owner.expire() // body.go
 	}
 }
 
-// serve makes c the call the slot's firings reach; nil for none.
-func (s *timerSlot) serve(c *call) {
+// serve makes d the deadlines the slot's firings reach; nil for none.
+func (s *timerSlot) serve(d *deadlines) {
 	s.mu.Lock()
-	s.c = c
+	s.d = d
 	s.mu.Unlock()
 }
 
-// arm makes the timer fire for c no later than at.
-func (s *timerSlot) arm(c *call, at, now time.Time) {
+// arm makes the timer fire for d no later than at.
+func (s *timerSlot) arm(d *deadlines, at, now time.Time) {
 	s.mu.Lock()
-	s.c = c
+	s.d = d
 	if s.due.IsZero() || at.Before(s.due) {
 		s.due = at
 		s.t.Reset(at.Sub(now))
@@ -110,89 +129,91 @@ func (s *timerSlot) arm(c *call, at, now time.Time) {
 }
 
 // start makes cancel the current attempt's and arms the timer for the
-// earlier of the attempt and total deadlines, from now.
-func (c *call) start(cancel context.CancelCauseFunc, now time.Time) {
-	at, cause := c.totalAt, ErrTotalTimeout
-	if d := c.attemptLimit; d > 0 {
-		if a := now.Add(d); at.IsZero() || a.Before(at) {
+// earlier of the attempt deadline (limit from now; 0 for none) and the
+// total deadline.
+func (d *deadlines) start(cancel context.CancelCauseFunc, limit time.Duration, now time.Time) {
+	at, cause := d.totalAt, ErrTotalTimeout
+	if limit > 0 {
+		if a := now.Add(limit); at.IsZero() || a.Before(at) {
 			at, cause = a, ErrAttemptTimeout
 		}
 	}
-	c.mu.Lock()
-	prev := c.cancel
-	c.cancel, c.fired, c.inBody = cancel, nil, false
-	c.armLocked(at, cause, now)
-	c.mu.Unlock()
+	d.mu.Lock()
+	prev := d.cancel
+	d.cancel, d.fired, d.inBody = cancel, nil, false
+	d.armLocked(at, cause, now)
+	d.mu.Unlock()
 	if prev != nil {
 		prev(nil) // the previous attempt failed without a body to drain
 	}
 }
 
-// headers is called when an attempt's RoundTrip returns. It reports the
+// answered is called when an attempt's RoundTrip returns. It reports the
 // deadline that cut the attempt short, if one did; otherwise the attempt
 // deadline no longer applies.
-func (c *call) headers() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.fired == nil {
-		c.inBody = true
+func (d *deadlines) answered() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fired == nil {
+		d.inBody = true
 	}
-	return c.fired
+	return d.fired
 }
 
 // armLocked sets the timer to cancel the current attempt with cause at t; a
 // zero t disarms it (a firing still pending then finds nothing to do).
-// c.mu must be held.
-func (c *call) armLocked(t time.Time, cause error, now time.Time) {
+// d.mu must be held.
+func (d *deadlines) armLocked(t time.Time, cause error, now time.Time) {
 	if t.IsZero() {
-		c.armedCause = nil
+		d.armedCause = nil
 		return
 	}
-	c.armedAt, c.armedCause = t, cause
-	if c.timer == nil {
-		c.timer = c.h.timers.lend()
+	d.armedAt, d.armedCause = t, cause
+	if d.timer == nil {
+		d.timer = d.owner.h.timers.lend()
 	}
-	c.timer.arm(c, t, now)
+	d.timer.arm(d, t, now)
 }
 
 // releaseTimerLocked gives the timer back to the handler's free slots, still
-// running if it is (timerSlot). c.mu must be held.
-func (c *call) releaseTimerLocked() {
-	if c.timer != nil {
-		c.timer.serve(nil)
-		c.h.timers.recycle(c.timer)
-		c.timer = nil
+// running if it is (timerSlot). d.mu must be held.
+func (d *deadlines) releaseTimerLocked() {
+	if d.timer != nil {
+		d.timer.serve(nil)
+		d.owner.h.timers.recycle(d.timer)
+		d.timer = nil
 	}
-	c.armedCause = nil
+	d.armedCause = nil
 }
 
-func (c *call) fire() {
-	c.mu.Lock()
-	cause, cancel := c.armedCause, c.cancel
+// fire cancels the current attempt if its deadline has passed, and reports
+// whether the total deadline has passed while the caller holds the body:
+// the owner's call then ends (expire).
+func (d *deadlines) fire() (expire bool) {
+	d.mu.Lock()
+	cause, cancel := d.armedCause, d.cancel
 	now := time.Now()
 	if cause == nil || cancel == nil {
-		c.mu.Unlock() // disarmed
-		return
+		d.mu.Unlock() // disarmed
+		return false
 	}
-	if now.Before(c.armedAt) {
-		// A firing for an earlier deadline: the call's own is still ahead.
-		c.timer.arm(c, c.armedAt, now)
-		c.mu.Unlock()
-		return
+	if now.Before(d.armedAt) {
+		// A firing for an earlier deadline: d's own is still ahead.
+		d.timer.arm(d, d.armedAt, now)
+		d.mu.Unlock()
+		return false
 	}
-	if cause == ErrAttemptTimeout && c.inBody {
+	if cause == ErrAttemptTimeout && d.inBody {
 		// The headers came in time; from here on only the total deadline counts.
-		c.armLocked(c.totalAt, ErrTotalTimeout, now)
-		c.mu.Unlock()
-		return
+		d.armLocked(d.totalAt, ErrTotalTimeout, now)
+		d.mu.Unlock()
+		return false
 	}
-	c.fired, c.armedCause = cause, nil
-	expire := cause == ErrTotalTimeout && c.delivered
-	c.mu.Unlock()
+	d.fired, d.armedCause = cause, nil
+	expire = cause == ErrTotalTimeout && d.delivered
+	d.mu.Unlock()
 	cancel(cause)
-	if expire {
-		deliveredBody{c}.expire()
-	}
+	return expire
 }
 
 // attemptBudget is how long an attempt sent at now may take, as the

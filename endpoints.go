@@ -8,9 +8,6 @@ import (
 	"syscall"
 )
 
-// routing is a call with Endpoints choosing its endpoints.
-type routing struct{ *call }
-
 // Routing across endpoints: where each attempt of a call goes when
 // Endpoints is set. The retry loop (standard.go) and the hedging
 // loop (hedge.go) both ask the call's route for the next attempt's
@@ -169,7 +166,7 @@ func (rt *route) state(h *Handler, i int) *hostState {
 }
 
 // newRoute returns the call's route, or nil without Endpoints.
-func (c routing) newRoute() *route {
+func (c *call) newRoute() *route {
 	if c.cfg.route == nil {
 		return nil
 	}
@@ -180,7 +177,7 @@ func (c routing) newRoute() *route {
 // ends (the winner's body may still be read: a host state released early
 // is at worst forgotten and made afresh), and names the endpoint of the
 // answer in the call's Report, if it asked for one.
-func (c routing) routeEnded(rt *route) {
+func (c *call) routeEnded(rt *route) {
 	rt.release(c.h)
 	if c.wantsReport() && c.attempts > 0 {
 		c.over.report.Endpoint = rt.r.eps[rt.last].host
@@ -202,7 +199,7 @@ func (rt *route) release(h *Handler) {
 // refuses (each refusal is an EventCircuitRejected naming the endpoint).
 // It returns the endpoint, its state and the probe number as
 // hostState.admit does, or, when every endpoint refused, the last reason.
-func (c routing) admitRouted(rt *route) (ep *endpoint, s *hostState, probe uint64, refused error) {
+func (c *call) admitRouted(rt *route) (ep *endpoint, s *hostState, probe uint64, refused error) {
 	if c.h.isolated.Load() {
 		return nil, nil, 0, ErrIsolated
 	}

@@ -15,10 +15,6 @@ import (
 	"github.com/resilienthttp/resilience/internal/httpcache"
 )
 
-// fallingBack is a call at its fallback layer: keeping what it may serve
-// stale, and serving it.
-type fallingBack struct{ *call }
-
 // The fallback layer, outside the whole stack: a GET or HEAD whose call
 // fails because the circuit is open (or, with OnTransient, because retries
 // ran out on a transient failure, a 5xx response included, or the total
@@ -67,7 +63,7 @@ func (e *fallbackRefusal) Temporary() bool { return e.Timeout() }
 
 // store returns the store the call keeps responses in: its options' own,
 // or its handler's.
-func (c fallingBack) store() FallbackStore {
+func (c *call) store() FallbackStore {
 	if s := c.cfg.Fallback.Store; s != nil {
 		return s
 	}
@@ -77,7 +73,7 @@ func (c fallingBack) store() FallbackStore {
 // keeping returns the body to read resp through: a tee that keeps the
 // response when it is read to EOF if the fallback layer may keep it
 // (keeper), else resp.Body.
-func (c fallingBack) keeping(resp *http.Response) io.ReadCloser {
+func (c *call) keeping(resp *http.Response) io.ReadCloser {
 	if t := c.keeper(resp); t != nil {
 		return t
 	}
@@ -87,7 +83,7 @@ func (c fallingBack) keeping(resp *http.Response) io.ReadCloser {
 // keepEmpty keeps resp, which has no body (an empty 200 the transport gave
 // http.NoBody), if the fallback layer may keep it: an empty answer is an
 // answer, and replaces the one kept before.
-func (c fallingBack) keepEmpty(resp *http.Response) {
+func (c *call) keepEmpty(resp *http.Response) {
 	if t := c.keeper(resp); t != nil {
 		t.put()
 	}
@@ -97,7 +93,7 @@ func (c fallingBack) keepEmpty(resp *http.Response) {
 // to a GET, without no-store, private, no-cache, must-revalidate,
 // proxy-revalidate, Set-Cookie or Vary: *, and whose request carried no
 // credentials unless ShareCredentialed), else nil.
-func (c fallingBack) keeper(resp *http.Response) *keeper {
+func (c *call) keeper(resp *http.Response) *keeper {
 	f := &c.cfg.Fallback
 	if c.req.Method != http.MethodGet || resp.StatusCode != http.StatusOK || resp.ContentLength > f.MaxEntryBytes {
 		return nil
@@ -190,7 +186,7 @@ func (t *keeper) put() {
 
 // fallbackServes reports whether the call's error err is one the fallback
 // layer answers.
-func (c fallingBack) fallbackServes(err error) bool {
+func (c *call) fallbackServes(err error) bool {
 	if c.callerLeft() != nil {
 		return false // no one to answer
 	}
@@ -202,7 +198,7 @@ func (c fallingBack) fallbackServes(err error) bool {
 
 // fallback answers the call that failed with err from the kept response,
 // or returns err with the reason it could not.
-func (c fallingBack) fallback(err error) (*http.Response, error) {
+func (c *call) fallback(err error) (*http.Response, error) {
 	if !c.fallbackServes(err) {
 		return nil, err
 	}
@@ -223,7 +219,7 @@ func (c fallingBack) fallback(err error) (*http.Response, error) {
 // untouched, when there is none to serve. A caller that left while the
 // store looked gets its own error, and the upstream's response is
 // discarded.
-func (c fallingBack) fallbackOnStatus(resp *http.Response) (*http.Response, error) {
+func (c *call) fallbackOnStatus(resp *http.Response) (*http.Response, error) {
 	switch resp.StatusCode {
 	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 	default:
@@ -249,7 +245,7 @@ func (c fallingBack) fallbackOnStatus(resp *http.Response) (*http.Response, erro
 // with its Age, or why there is none to serve: ErrFallbackIneligible,
 // ErrFallbackNone or ErrFallbackTooStale; or, when the caller left while
 // the store looked, the caller's error as left.
-func (c fallingBack) stale() (resp *http.Response, reason, left error) {
+func (c *call) stale() (resp *http.Response, reason, left error) {
 	key := httpcache.Key(c.req, c.cfg.Fallback.ShareCredentialed)
 	if key == "" {
 		return nil, ErrFallbackIneligible, nil
@@ -313,7 +309,7 @@ const maxLateStoreGets = 64
 // goroutine; so is a plugged-in one when nothing can end the caller's
 // wait. Otherwise the Get runs on a goroutine of its own, which the
 // caller stops waiting for once it leaves.
-func (c fallingBack) storeGet(store FallbackStore, key string) (e *FallbackEntry, ok bool, left error) {
+func (c *call) storeGet(store FallbackStore, key string) (e *FallbackEntry, ok bool, left error) {
 	ctx := c.req.Context()
 	if _, builtIn := store.(*lruStore); builtIn || (ctx.Done() == nil && c.req.Cancel == nil) {
 		e, ok = store.Get(ctx, key)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -12,9 +11,6 @@ import (
 	"github.com/resilienthttp/resilience/internal/budget"
 	"github.com/resilienthttp/resilience/internal/httpbody"
 )
-
-// hedging is a call in its hedging race.
-type hedging struct{ *call }
 
 // Hedging, in place of the retry layer: the first attempt goes out, and
 // while it has no acceptable outcome another follows after Delay, up to
@@ -41,34 +37,31 @@ var (
 	errCallEnded = fmt.Errorf("resilience: the hedged call ended without this attempt: %w", context.Canceled)
 )
 
-// What an attempt of a hedged call came to.
-type outcomeKind int
-
-const (
-	outcomeFailure   outcomeKind = iota // a handled failure: it does not win
-	outcomeWin                          // acceptable: the call is over
-	outcomeRejected                     // the circuit refused it; nothing was sent
-	outcomeAbandoned                    // cancelled: lost the race, the deadline, or the caller left
-	outcomeShed                         // the overload limiter refused it; nothing was sent
-)
-
-type hedgeOutcome struct {
-	n      int
-	resp   *http.Response
-	err    error // for outcomeRejected, why the circuit is open
-	kind   outcomeKind
-	ep     int           // with Endpoints, the index of the attempt's endpoint
-	events attemptEvents // what the attempt's goroutine has to report
+// A hedge is one attempt of a hedging race, sent on a goroutine of its own:
+// the attempt, and the race's handle on it. Its context carries the call
+// context's values but not its cancellation, which reaches it through a
+// link (stop unlinks it): the call context ends with the winner's body, and
+// a loser still answering or being drained then must not lose its
+// connection (settle). Its goroutine writes out and events, and the race
+// reads them once it receives the hedge from its results.
+type hedge struct {
+	attempt
+	own    deadlines     // its attempt deadline
+	events attemptEvents // what its goroutine came to, for the race to emit
+	out    outcome
+	stop   func() bool // unlinks it from the call context
+	done   bool        // the race received it
+	sentAt atomic.Int64
 }
 
-// attemptEvents are the events of the call that an attempt's goroutine
-// came to: it keeps them in its outcome (call.record), and the call's loop
-// emits them when it receives the outcome, so that only the call's own
-// goroutine emits its events and writes its Report. An outcome the loop
-// never receives, that of an attempt still running when the call returned,
-// is reported by the loop itself as it returns (settle), and its own
-// events are dropped. An attempt has at most two: EventOverloadShed alone,
-// or EventAttempt and then EventAttemptTimeout or EventPushback.
+// attemptEvents are the events of the call that a hedge's goroutine came
+// to: it keeps them (call.record), and the race emits them when it
+// receives the hedge, so that only the call's own goroutine emits its
+// events and writes its Report. A hedge the race never receives, one still
+// running when the call returned, is reported by the race itself as it
+// returns (settle), and its own events are dropped. A hedge has at most
+// two: EventOverloadShed alone, or EventAttempt and then
+// EventAttemptTimeout or EventPushback.
 type attemptEvents struct {
 	e [2]Event
 	n int
@@ -81,56 +74,34 @@ func (a *attemptEvents) add(e Event) {
 	}
 }
 
-// emitKept emits the events an attempt's goroutine kept, on the call's
-// goroutine.
-func (c hedging) emitKept(a *attemptEvents) {
-	for i := range a.n {
-		c.emit(a.e[i])
-	}
+// A race is a hedged call's loop, on the call's goroutine: it sends the
+// hedges, receives their outcomes and ends the race.
+type race struct {
+	c       *call
+	ctx     context.Context // the call's context of the race, which the total deadline cancels
+	rt      *route          // nil without Endpoints
+	hedges  int             // the most hedges after the first attempt
+	delay   time.Duration   // between hedges
+	capped  bool            // a speculative hedge needs room under MaxExtraLoad
+	results chan *hedge
+	sent    []*hedge // every attempt, in order
+	running int
+	last    *hedge // the latest handled failure, kept until something better comes
+
+	// A failure whose server asked for a wait (a Retry-After) holds the
+	// hedge it would send at once until the wait ends (owed, since owedAt),
+	// and so does a speculative hedge meanwhile (hedgepause.go).
+	pauses *hedgePauses
+	owed   bool
+	owedAt time.Time
+
+	refused        bool // the budget or the cap alone stood in the way of the last hedge asked for
+	reported       bool // the budget's refusal was reported
+	cappedReported bool // the cap's refusal was reported
 }
 
-// A hedgeTarget is where an attempt goes: the request's own host, whose
-// circuit the attempt's goroutine asks, or an endpoint, whose circuit the
-// call's loop asked when it picked it (admitted).
-type hedgeTarget struct {
-	s        *hostState
-	ep       *endpoint // nil without Endpoints
-	idx      int       // the endpoint's index
-	probe    uint64
-	admitted bool
-	claimed  bool // a hedge that follows a failure claimed a retry budget token
-}
-
-// A hedgeAttempt is the main goroutine's handle on an attempt. The
-// attempt's context carries the call context's values but not its
-// cancellation, which reaches it through a link (stop unlinks it): the call
-// context ends with the winner's body, and a loser still answering or
-// being drained then must not lose its connection (settle).
-type hedgeAttempt struct {
-	cancel context.CancelCauseFunc
-	stop   func() bool // unlinks the attempt from the call context
-	done   bool
-	delay  time.Duration // as EventAttempt says it
-	ep     *endpoint     // nil without Endpoints
-
-	// sent is when the attempt was sent (UnixNano), set by its goroutine
-	// just before; the call's loop, ending while it is still running, sets
-	// it to notSent first if it can: the attempt is then never sent.
-	sent atomic.Int64
-}
-
-// notSent marks a hedgeAttempt that its call gave up before it was sent.
-const notSent = -1
-
-// detachedAttempt returns the context of an attempt of the call whose
-// context is ctx, linked to ctx until stop is called.
-func detachedAttempt(ctx context.Context) (actx context.Context, a *hedgeAttempt) {
-	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
-	return actx, &hedgeAttempt{cancel: cancel, stop: stop}
-}
-
-func (c hedging) hedge(now time.Time) (*http.Response, error) {
+// hedge runs the call's hedging race from now, in place of the retry loop.
+func (c *call) hedge(now time.Time) (*http.Response, error) {
 	cfg := c.cfg
 	if err := c.callerLeft(); err != nil {
 		return nil, c.errorf(nil, err, "") // the caller left: say so, not what the circuit would have said
@@ -142,351 +113,267 @@ func (c hedging) hedge(now time.Time) (*http.Response, error) {
 	c.mu.Unlock()
 
 	c.repeatable = (c.keyed && cfg.Idempotency.Hedge) || cfg.methods.repeatable(c.req, c.over)
+	c.prepared = true
 	if err := c.body.Prepare(c.req, c.repeatable, cfg.MaxBufferedBody); err != nil {
 		return nil, c.faulted(err)
 	}
-	hedges := 0
+	r := &race{c: c, ctx: ctx, delay: c.hedgeDelay(), rt: c.newRoute()}
+	if r.rt != nil {
+		defer c.routeEnded(r.rt)
+	}
 	if c.repeatable && c.body.Replayable() {
-		hedges = cfg.Hedging.MaxHedges
+		r.hedges = cfg.Hedging.MaxHedges
 	}
-	delay := c.hedgeDelay()
-	rt := routing(c).newRoute() // nil without Endpoints
-	if rt != nil {
-		defer routing(c).routeEnded(rt)
-	}
-	capped := hedges > 0 && cfg.Hedging.MaxExtraLoad != NoExtraLoadCap
-	if capped {
+	r.capped = r.hedges > 0 && cfg.Hedging.MaxExtraLoad != NoExtraLoadCap
+	if r.capped {
 		c.h.load.Call()
 	}
+	r.results = make(chan *hedge, 1+r.hedges)
+	return r.run()
+}
 
-	results := make(chan hedgeOutcome, 1+hedges)
-	var attempts []*hedgeAttempt
-	running := 0
-	launch := func(delay time.Duration, claimed bool) error {
-		n := len(attempts) + 1
-		t := hedgeTarget{s: c.s, claimed: claimed}
-		var refused error
-		if rt != nil {
-			t.ep, t.s, t.probe, refused = routing(c).admitRouted(rt)
-			t.idx, t.admitted = rt.last, true
-		}
-		var body io.ReadCloser
-		var getBody func() (io.ReadCloser, error)
-		if refused == nil {
-			var err error
-			if body, getBody, err = c.body.Next(); err != nil {
-				if t.admitted {
-					t.s.circuit.ReleaseProbe(t.probe)
-				}
-				return err
+// hedgeDelay returns how long an attempt of a call runs before the next is
+// sent: Hedging.Delay, or with DelayPercentile, that percentile of the
+// recent attempts within [MinDelay, MaxDelay] (Delay until enough attempts
+// have been seen).
+func (c *call) hedgeDelay() time.Duration {
+	hg := &c.cfg.Hedging
+	if hg.DelayPercentile == 0 {
+		return hg.Delay
+	}
+	d, ok := c.h.latency.Percentile(hg.DelayPercentile)
+	if !ok {
+		return hg.Delay
+	}
+	return min(hg.MaxDelay, max(hg.MinDelay, d))
+}
+
+// launch sends the race's next attempt, after delay, on a goroutine of its
+// own; claimed says it holds a retry budget token (a hedge that follows a
+// failure). It fails only when the request's body cannot be had.
+func (r *race) launch(delay time.Duration, claimed bool) error {
+	c := r.c
+	n := len(r.sent) + 1
+	h := &hedge{}
+	h.attempt = attempt{c: c, n: n, delay: delay, s: c.s, queue: n == 1, first: n == 1, claimed: claimed}
+	if n == 1 || claimed {
+		h.rb = c.budget() // the budget counts the first attempt and the hedges that follow a failure
+	}
+	var refused error
+	if r.rt != nil {
+		h.ep, h.s, h.probe, refused = c.admitRouted(r.rt)
+		h.idx, h.admitted = r.rt.last, true
+	}
+	if refused == nil {
+		var err error
+		if h.body, h.getBody, err = c.body.Next(); err != nil {
+			if h.admitted {
+				h.s.circuit.ReleaseProbe(h.probe)
 			}
+			return err
 		}
-		actx, a := detachedAttempt(ctx)
-		a.delay, a.ep = delay, t.ep
-		attempts = append(attempts, a)
-		c.attempts++ // taken back if the circuit refuses it
-		running++
-		if refused != nil { // every endpoint's circuit refused: nothing to send
-			if claimed {
-				c.budget().Release()
-			}
-			results <- hedgeOutcome{n: n, kind: outcomeRejected, err: refused}
-			return nil
-		}
-		go func() {
-			results <- c.hedgeAttempt(actx, a, n, delay, body, getBody, t)
-		}()
+	}
+	h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(r.ctx))
+	h.stop = context.AfterFunc(r.ctx, func() { h.cancel(context.Cause(r.ctx)) })
+	h.own.owner = c
+	h.dl, h.rec, h.sent = &h.own, &h.events, &h.sentAt
+	r.sent = append(r.sent, h)
+	c.attempts++ // taken back if it is not sent
+	r.running++
+	if refused != nil { // every endpoint's circuit refused: nothing to send
+		h.settle()
+		h.out = outcome{kind: outcomeRejected, err: refused}
+		r.results <- h
 		return nil
 	}
-	// another sends one more hedge if the rules allow it, and says whether
-	// it did; refused says the budget or the cap alone stood in the way, so
-	// that the hedge is asked for again at the next hedge point. A hedge sent
-	// while an attempt still runs (speculative) needs room under
-	// MaxExtraLoad, and nothing of the retry budget: the budget's job is
-	// failing retries, and a hedge that follows a failure is one, which
-	// claims a token as a retry does. Each refusal is reported once per
-	// call, however often the hedge is asked for.
-	refused, reported, cappedReported := false, false, false
-	mayHedge := func() bool {
-		// an open or probing circuit gets no extra load
-		return len(attempts) <= hedges && !c.h.isolated.Load() && (rt == nil || rt.left()) && c.s.circuit.Closed()
-	}
-	refuse := func(why *budget.Refusal) {
-		if !reported {
-			reported = true
-			c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(attempts) + 1, Err: why.Of(nil)})
-		}
-	}
-	another := func(delay time.Duration, speculative bool) bool {
-		refused = false
-		if !mayHedge() {
-			return false
-		}
-		claimed := false
-		if speculative {
-			if capped && !c.h.load.Claim(cfg.Hedging.MaxExtraLoad) {
-				if !cappedReported {
-					cappedReported = true
-					c.emit(Event{Kind: EventHedgeCapped, Attempt: len(attempts) + 1, Delay: delay})
-				}
-				refused = true
-				return false
-			}
-		} else if b := c.budget(); b != nil {
-			if why := b.Take(); why != nil {
-				refuse(why)
-				refused = true
-				return false
-			}
-			claimed = true
-		}
-		c.emit(Event{Kind: EventHedge, Attempt: len(attempts) + 1, Delay: delay})
-		if err := launch(delay, claimed); err != nil {
-			if claimed {
-				c.budget().Release()
-			}
-			return false
-		}
-		return true
-	}
+	go func() {
+		h.out = h.send(time.Now())
+		r.results <- h
+	}()
+	return nil
+}
 
-	if err := launch(0, false); err != nil {
+// mayHedge reports whether another hedge may go: one is left, the handler
+// is not isolated, an endpoint is left, and the circuit is closed (an open
+// or probing circuit gets no extra load).
+func (r *race) mayHedge() bool {
+	c := r.c
+	return len(r.sent) <= r.hedges && !c.h.isolated.Load() && (r.rt == nil || r.rt.left()) && c.s.circuit.Closed()
+}
+
+// refuse reports the budget's refusal of a hedge, once per call.
+func (r *race) refuse(why *budget.Refusal) {
+	if !r.reported {
+		r.reported = true
+		r.c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(r.sent) + 1, Err: why.Of(nil)})
+	}
+}
+
+// another sends one more hedge if the rules allow it, and says whether it
+// did; r.refused says the budget or the cap alone stood in the way, so that
+// the hedge is asked for again at the next hedge point. A hedge sent while
+// an attempt still runs (speculative) needs room under MaxExtraLoad, and
+// nothing of the retry budget: the budget's job is failing retries, and a
+// hedge that follows a failure is one, which claims a token as a retry
+// does. Each refusal is reported once per call, however often the hedge is
+// asked for.
+func (r *race) another(delay time.Duration, speculative bool) bool {
+	c := r.c
+	r.refused = false
+	if !r.mayHedge() {
+		return false
+	}
+	claimed := false
+	if speculative {
+		if r.capped && !c.h.load.Claim(c.cfg.Hedging.MaxExtraLoad) {
+			if !r.cappedReported {
+				r.cappedReported = true
+				c.emit(Event{Kind: EventHedgeCapped, Attempt: len(r.sent) + 1, Delay: delay})
+			}
+			r.refused = true
+			return false
+		}
+	} else if b := c.budget(); b != nil {
+		if why := b.Take(); why != nil {
+			r.refuse(why)
+			r.refused = true
+			return false
+		}
+		claimed = true
+	}
+	c.emit(Event{Kind: EventHedge, Attempt: len(r.sent) + 1, Delay: delay})
+	if err := r.launch(delay, claimed); err != nil {
+		if claimed {
+			c.budget().Release()
+		}
+		return false
+	}
+	return true
+}
+
+// run is the race: the first attempt goes now, and the race ends on the
+// first acceptable outcome, on every attempt failing, or on the call's
+// context.
+func (r *race) run() (*http.Response, error) {
+	c := r.c
+	if err := r.launch(0, false); err != nil {
 		return nil, c.faulted(err) // its body could not be had
 	}
 	var timer *time.Timer
 	var tick <-chan time.Time
-	if hedges > 0 {
-		timer = time.NewTimer(delay)
+	if r.hedges > 0 {
+		timer = time.NewTimer(r.delay)
 		defer timer.Stop()
 		tick = timer.C
 	}
-
-	var last *hedgeOutcome // the latest handled failure, kept until something better comes
-	// A failure whose server asked for a wait (a Retry-After) holds the
-	// hedge it would send at once until the wait ends (owed, since owedAt),
-	// and so does a speculative hedge meanwhile (hedgepause.go).
-	var pauses *hedgePauses
-	owed, owedAt := false, time.Time{}
 	for {
 		select {
-		case o := <-results:
-			running--
-			attempts[o.n-1].done = true
-			c.emitKept(&o.events)
-			switch o.kind {
-			case outcomeWin:
-				if rt != nil {
-					rt.last = o.ep // the endpoint whose answer the caller gets
+		case h := <-r.results:
+			r.running--
+			h.done = true
+			for i := range h.events.n {
+				c.emit(h.events.e[i])
+			}
+			o := &h.out
+			if o.kind == outcomeFault || o.kind == outcomeAnswer {
+				if r.rt != nil {
+					r.rt.last = h.idx // the endpoint whose answer the caller gets
 				}
-				c.settle(attempts, results, running, last, true, errLostRace)
-				if o.err != nil {
+				r.settle(true, errLostRace)
+				if o.kind == outcomeFault {
 					return nil, c.faulted(o.err) // the request's own failure
 				}
-				return o.resp, nil
+				return c.result(o.resp, o.err)
+			}
+			switch o.kind {
 			case outcomeRejected:
 				c.attempts-- // never sent
-				if o.n == 1 {
-					c.settle(attempts, results, running, last, false, errCallEnded)
-					if rt != nil { // each endpoint's refusal was reported
+				if h.n == 1 {
+					r.settle(false, errCallEnded)
+					if r.rt != nil { // each endpoint's refusal was reported
 						return nil, c.errorf(ErrCircuitOpen, o.err, "on every endpoint")
 					}
-					return nil, reporting(c).rejected(o.err)
+					return nil, c.rejected(o.err)
 				}
-				if rt == nil {
-					c.emit(Event{Kind: EventCircuitRejected, Attempt: o.n, Err: o.err})
+				if r.rt == nil {
+					c.emit(Event{Kind: EventCircuitRejected, Attempt: h.n, Err: o.err})
 				}
 			case outcomeShed:
 				c.attempts-- // never sent
-				if o.n == 1 {
-					c.settle(attempts, results, running, last, false, errCallEnded)
-					return nil, sending(c).overloadFailure(o.err)
+				if h.n == 1 {
+					r.settle(false, errCallEnded)
+					return nil, c.overloadFailure(o.err)
 				}
 			case outcomeFailure:
-				if rt != nil {
-					rt.ended(o.ep, o.err) // an endpoint's own failure drops it from the call
+				if r.rt != nil {
+					r.rt.ended(h.idx, o.err) // an endpoint's own failure drops it from the call
 				}
-				if last != nil {
-					a := attempts[last.n-1]
-					a.stop()
-					go c.discardLoser(a, last) // never keep the next outcome waiting on a loser
+				if r.last != nil {
+					l := r.last
+					l.stop()
+					go l.discard() // never keep the next outcome waiting on a loser
 				}
-				last = &o
-				pauses = c.heed(pauses, rt, &o)
+				r.last = h
+				r.pauses = c.heed(r.pauses, r.rt, h)
 				now := time.Now()
-				if pause, ok := pauses.wait(rt, c.h, now); !ok || (pause > 0 && !mayHedge()) {
-					owed = false // no hedge may go: the attempts running, if any, have the last word
+				if pause, ok := r.pauses.wait(r.rt, c.h, now); !ok || (pause > 0 && !r.mayHedge()) {
+					r.owed = false // no hedge may go: the attempts running, if any, have the last word
 				} else if pause > 0 {
-					if why := c.budget().Refuses(); why != nil && running == 0 {
-						refuse(why) // nothing to wait for: answer now, as a retry would
+					if why := c.budget().Refuses(); why != nil && r.running == 0 {
+						r.refuse(why) // nothing to wait for: answer now, as a retry would
 					} else {
-						if !owed {
-							owed, owedAt = true, now
+						if !r.owed {
+							r.owed, r.owedAt = true, now
 						}
 						timer.Reset(pause)
 						continue
 					}
-				} else if another(0, false) || refused {
+				} else if r.another(0, false) || r.refused {
 					if timer != nil {
-						timer.Reset(delay)
+						timer.Reset(r.delay)
 					}
-					if !refused {
+					if !r.refused {
 						continue
 					}
 				}
 			}
-			if running == 0 && last != nil {
+			if r.running == 0 && r.last != nil {
 				// Every attempt failed: the call ends on a failure the retry
 				// layer retries (Report.Outcome).
 				c.retryable = true
-				return retryLoop(c).result(last.resp, last.err)
+				return c.result(r.last.out.resp, r.last.out.err)
 			}
 		case <-tick:
 			now := time.Now()
-			pause, ok := pauses.wait(rt, c.h, now)
+			pause, ok := r.pauses.wait(r.rt, c.h, now)
 			switch {
 			case !ok:
-				owed = false
+				r.owed = false
 			case pause > 0:
 				timer.Reset(pause) // the server the hedge would go to asked for a wait
 				continue
 			default:
-				d, speculative := delay, running > 0 && !owed
-				if owed {
-					d = now.Sub(owedAt) // a failure's hedge, held for a Retry-After
+				d, speculative := r.delay, r.running > 0 && !r.owed
+				if r.owed {
+					d = now.Sub(r.owedAt) // a failure's hedge, held for a Retry-After
 				}
-				owed = false
-				if another(d, speculative) || refused {
-					timer.Reset(delay) // a refused hedge is asked for again later
+				r.owed = false
+				if r.another(d, speculative) || r.refused {
+					timer.Reset(r.delay) // a refused hedge is asked for again later
 				}
 			}
-			if running == 0 && last != nil {
+			if r.running == 0 && r.last != nil {
 				c.retryable = true // no hedge went: the call ends on a failure, as above
-				return retryLoop(c).result(last.resp, last.err)
+				return c.result(r.last.out.resp, r.last.out.err)
 			}
-		case <-ctx.Done():
-			c.settle(attempts, results, running, last, false, context.Cause(ctx)) // the total timeout, or the caller's cause
-			if context.Cause(ctx) == ErrTotalTimeout {
-				return nil, reporting(c).totalTimeout(nil)
+		case <-r.ctx.Done():
+			r.settle(false, context.Cause(r.ctx)) // the total timeout, or the caller's cause
+			if context.Cause(r.ctx) == ErrTotalTimeout {
+				return nil, c.totalTimeout(nil)
 			}
 			return nil, c.errorf(nil, c.req.Context().Err(), "")
 		}
 	}
-}
-
-// hedgeAttempt is one attempt of a hedged call, a's, in its own goroutine:
-// under the circuit breaker and the attempt deadline, on its own context.
-// It touches nothing of the call that the main goroutine writes, and
-// emits nothing: the events it comes to go back in its outcome.
-func (c hedging) hedgeAttempt(ctx context.Context, a *hedgeAttempt, n int, delay time.Duration, body io.ReadCloser, getBody func() (io.ReadCloser, error), t hedgeTarget) (o hedgeOutcome) {
-	var rec attemptEvents
-	defer func() { o.events = rec }()
-	cancel := a.cancel
-	// A hedge that follows a failure claimed a budget token; an outcome that
-	// is not judged settles the claim here. The retry budget counts the
-	// first attempt and those hedges, not the speculative ones.
-	settle := func() {
-		if t.claimed {
-			c.budget().Release()
-		}
-	}
-	var rb *budget.Budget
-	if n == 1 || t.claimed {
-		rb = c.budget()
-	}
-	unsent := func() {
-		settle()
-		if body != nil {
-			body.Close() // RoundTrip closes the bodies it sends, and only those
-		}
-	}
-	s, probe := t.s, t.probe
-	if !t.admitted {
-		if c.h.isolated.Load() {
-			unsent()
-			return hedgeOutcome{n: n, kind: outcomeRejected, err: ErrIsolated}
-		}
-		var reason error
-		if probe, reason = s.circuit.Admit(); reason != nil {
-			unsent()
-			return hedgeOutcome{n: n, kind: outcomeRejected, err: reason}
-		}
-	}
-	slot, err := sending(c).takeSlot(ctx, s, n, n == 1, time.Now(), &rec) // the first waits; a hedge only tries
-	if err != nil {
-		unsent()
-		s.circuit.ReleaseProbe(probe)
-		return hedgeOutcome{n: n, kind: outcomeShed, err: err}
-	}
-	start := time.Now()
-	if !a.sent.CompareAndSwap(0, start.UnixNano()) { // the call ended while it waited: never sent
-		unsent()
-		slot.release(overloadDropped)
-		s.circuit.ReleaseProbe(probe)
-		return hedgeOutcome{n: n, kind: outcomeAbandoned}
-	}
-	var deadline *time.Timer
-	if d := c.attemptLimit; d > 0 {
-		deadline = time.AfterFunc(d, func() { cancel(ErrAttemptTimeout) })
-	}
-	r, sent := sending(c).attemptRequest(ctx, n, delay, t.ep, body, getBody)
-	if t.ep != nil {
-		t.ep.retarget(r)
-	}
-	sentAt := sending(c).sendingAttempt(n)
-	resp, err := c.base.RoundTrip(r)
-	sending(c).attemptAnswered(sentAt, resp)
-	if deadline != nil {
-		deadline.Stop()
-	}
-	cause := context.Cause(ctx)
-	if err == nil && cause != ErrAttemptTimeout {
-		cause = nil // headers came; a later cancellation is the race's or the caller's
-	}
-	var cutBy error // as the sequential path reports it: our deadlines, not the race
-	if cause == ErrAttemptTimeout || cause == ErrTotalTimeout {
-		cutBy = cause
-	}
-	if slot.l != nil {
-		o := sending(c).overloadOutcome(resp, err, cutBy)
-		if cause != nil && cutBy == nil {
-			o = overloadDropped // the race's loser
-		}
-		if o == overloadLoss && requestFault(sent, err) != nil {
-			o = overloadDropped
-		}
-		slot.release(o)
-	}
-	reporting(c).attemptEnded(n, start, delay, resp, err, cutBy, t.ep, &rec)
-	if c.cfg.Hedging.DelayPercentile > 0 && (cause == nil || cause == ErrAttemptTimeout) {
-		c.h.latency.Record(time.Since(start)) // not a loser cut short: it says nothing of the latency
-	}
-	switch {
-	case cause == ErrAttemptTimeout:
-		if resp != nil {
-			resp.Body.Close()
-		}
-		e := Event{Kind: EventAttemptTimeout, Attempt: n, Err: ErrAttemptTimeout}
-		if t.ep != nil {
-			t.ep.label(&e)
-		}
-		rec.add(e)
-		sending(c).judge(s, n == 1, rb, nil, ErrAttemptTimeout, &rec)
-		return hedgeOutcome{n: n, err: ErrAttemptTimeout, kind: outcomeFailure, ep: t.idx}
-	case cause != nil || (err != nil && c.callerLeft() != nil):
-		settle()
-		s.abandonProbe(probe, err) // the race's loser or the caller gave up
-		return hedgeOutcome{n: n, err: err, kind: outcomeAbandoned, ep: t.idx}
-	case err != nil:
-		if fault := requestFault(sent, err); fault != nil {
-			settle()
-			s.circuit.ReleaseProbe(probe) // the request's own failure ends the call
-			return hedgeOutcome{n: n, err: fault, kind: outcomeWin, ep: t.idx}
-		}
-	}
-	if sending(c).judge(s, n == 1, rb, resp, err, &rec) && !(err == nil && resp.StatusCode == http.StatusSwitchingProtocols) {
-		return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeFailure, ep: t.idx}
-	}
-	return hedgeOutcome{n: n, resp: resp, err: err, kind: outcomeWin, ep: t.idx}
 }
 
 // settle ends the race: the attempts that lost, and the kept failure, are
@@ -494,10 +381,10 @@ func (c hedging) hedgeAttempt(ctx context.Context, a *hedgeAttempt, n int, delay
 // waits for them. With grace (the call has its answer), each loser is
 // unlinked from the call context, whose end (the winner's body closed)
 // would otherwise cancel it mid-response and close its connection: a loser
-// still waiting for its headers has httpbody.MaxDrainTime to get them, its body is
-// drained as a retried response's is, bounded, and only then is its context
-// cancelled. Without grace (the deadline passed, or the caller left) the
-// attempts still running are cancelled at once.
+// still waiting for its headers has httpbody.MaxDrainTime to get them, its
+// body is drained as a retried response's is, bounded, and only then is its
+// context cancelled. Without grace (the deadline passed, or the caller
+// left) the attempts still running are cancelled at once.
 //
 // settle runs on the call's goroutine, as the call ends: what the attempts
 // still running come to is never reported, since the caller has its answer
@@ -505,40 +392,40 @@ func (c hedging) hedgeAttempt(ctx context.Context, a *hedgeAttempt, n int, delay
 // is why the call no longer waits for it (why: errLostRace, the total
 // timeout, the caller's cause); one not yet sent (a first attempt still
 // queued for an overload slot) never will be, and is not counted.
-func (c hedging) settle(attempts []*hedgeAttempt, results <-chan hedgeOutcome, running int, last *hedgeOutcome, grace bool, why error) {
-	for i, a := range attempts {
-		if a.done {
+func (r *race) settle(grace bool, why error) {
+	c := r.c
+	for _, h := range r.sent {
+		if h.done {
 			continue
 		}
-		if a.sent.CompareAndSwap(0, notSent) {
+		if h.sentAt.CompareAndSwap(0, notSent) {
 			c.attempts--
-			a.cancel(errHedgeLost) // not waited for: it stops waiting for its slot
+			h.cancel(errHedgeLost) // not waited for: it stops waiting for its slot
 			continue
 		}
 		if grace {
-			a.stop()
+			h.stop()
 		} else {
-			a.cancel(errHedgeLost)
+			h.cancel(errHedgeLost)
 		}
 		if c.cfg.observed() {
-			e := Event{Kind: EventAttempt, Attempt: i + 1, Delay: a.delay, Duration: time.Since(time.Unix(0, a.sent.Load())), Err: why}
-			if a.ep != nil {
-				a.ep.label(&e)
+			e := Event{Kind: EventAttempt, Attempt: h.n, Delay: h.delay, Duration: time.Since(time.Unix(0, h.sentAt.Load())), Err: why}
+			if h.ep != nil {
+				h.ep.label(&e)
 			}
 			c.emit(e)
 		}
 	}
-	var kept *hedgeAttempt
+	last, running, results := r.last, r.running, r.results
 	if last != nil {
-		kept = attempts[last.n-1]
-		kept.stop()
+		last.stop()
 	}
 	if last == nil && running == 0 {
 		return
 	}
 	go func() {
 		if last != nil {
-			c.discardLoser(kept, last)
+			last.discard()
 		}
 		var expired <-chan time.Time
 		if grace && running > 0 {
@@ -548,16 +435,15 @@ func (c hedging) settle(attempts []*hedgeAttempt, results <-chan hedgeOutcome, r
 		}
 		for running > 0 {
 			select {
-			case o := <-results:
+			case h := <-results:
 				running--
-				a := attempts[o.n-1]
-				a.done = true
-				c.discardLoser(a, &o)
+				h.done = true
+				h.discard()
 			case <-expired:
 				expired = nil
-				for _, a := range attempts {
-					if !a.done {
-						a.cancel(errHedgeLost)
+				for _, h := range r.sent {
+					if !h.done {
+						h.cancel(errHedgeLost)
 					}
 				}
 			}
@@ -565,20 +451,15 @@ func (c hedging) settle(attempts []*hedgeAttempt, results <-chan hedgeOutcome, r
 	}()
 }
 
-// discardLoser discards the outcome of attempt a, which lost, and then
-// cancels a's context: a response is drained before its connection could
-// be closed under it.
-func (c hedging) discardLoser(a *hedgeAttempt, o *hedgeOutcome) {
-	c.discardOutcome(o)
-	a.cancel(errHedgeLost)
-}
-
-// discardOutcome drains and closes a response that lost, bounded in bytes
-// like a retried one and in time by closing it when httpbody.MaxDrainTime passes.
-func (c hedging) discardOutcome(o *hedgeOutcome) {
-	if o.resp != nil {
-		t := time.AfterFunc(httpbody.MaxDrainTime, func() { o.resp.Body.Close() })
-		httpbody.Drain(o.resp)
+// discard discards the outcome of a hedge that lost, and then cancels its
+// context: a response is drained, bounded in bytes like a retried one and
+// in time by closing it when httpbody.MaxDrainTime passes, before its
+// connection could be closed under it.
+func (h *hedge) discard() {
+	if resp := h.out.resp; resp != nil {
+		t := time.AfterFunc(httpbody.MaxDrainTime, func() { resp.Body.Close() })
+		httpbody.Drain(resp)
 		t.Stop()
 	}
+	h.cancel(errHedgeLost)
 }

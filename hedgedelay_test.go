@@ -60,17 +60,17 @@ func TestHedgeDelayPercentile(t *testing.T) {
 	h, err := NewHandler(Options{Hedging: HedgingOptions{Enabled: true, Delay: time.Second, DelayPercentile: 0.9, MinDelay: 5 * time.Millisecond, MaxDelay: 500 * time.Millisecond}})
 	require.NoError(t, err)
 	c := &call{h: h, cfg: h.cfg.Load()}
-	assert.Equal(t, time.Second, hedging{c}.hedgeDelay(), "too few attempts seen: Delay")
+	assert.Equal(t, time.Second, c.hedgeDelay(), "too few attempts seen: Delay")
 	for i := range 200 {
 		h.latency.Record(time.Duration(i%100) * 100 * time.Microsecond) // 0 to 9.9ms
 	}
 	time.Sleep(hedgestats.LatencyRefresh) // past the cached percentile
-	d := hedging{c}.hedgeDelay()
+	d := c.hedgeDelay()
 	assert.GreaterOrEqual(t, d, 9*time.Millisecond)
 	assert.LessOrEqual(t, d, 11*time.Millisecond)
 	for range 1000 {
 		h.latency.Record(time.Minute)
 	}
 	time.Sleep(hedgestats.LatencyRefresh) // past the cached percentile
-	assert.Equal(t, 500*time.Millisecond, hedging{c}.hedgeDelay(), "the ceiling")
+	assert.Equal(t, 500*time.Millisecond, c.hedgeDelay(), "the ceiling")
 }

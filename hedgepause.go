@@ -17,16 +17,16 @@ type hedgePauses struct {
 	barred bool        // without Endpoints: no hedge may go at all
 }
 
-// heed notes what o, a handled failure, asks of the next hedges to its
+// heed notes what h, a handled failure, asks of the next hedges to its
 // server, and returns p, made if it was nil and o asks for a wait. An
 // endpoint that asked for a wait the call cannot make is dropped from the
 // call's route.
-func (c hedging) heed(p *hedgePauses, rt *route, o *hedgeOutcome) *hedgePauses {
-	if o.resp == nil {
+func (c *call) heed(p *hedgePauses, rt *route, h *hedge) *hedgePauses {
+	if h.out.resp == nil {
 		return p
 	}
 	now := time.Now()
-	d, asked, ok := c.serverWait(o.resp, now)
+	d, asked, ok := c.serverWait(h.out.resp, now)
 	if !asked {
 		return p
 	}
@@ -34,7 +34,7 @@ func (c hedging) heed(p *hedgePauses, rt *route, o *hedgeOutcome) *hedgePauses {
 		ok = false
 	}
 	if !ok && rt != nil {
-		rt.drop(o.ep)
+		rt.drop(h.idx)
 		return p
 	}
 	if p == nil {
@@ -50,7 +50,7 @@ func (c hedging) heed(p *hedgePauses, rt *route, o *hedgeOutcome) *hedgePauses {
 	}
 	i := 0
 	if rt != nil {
-		i = o.ep
+		i = h.idx
 	}
 	if at := now.Add(d); at.After(p.until[i]) {
 		p.until[i] = at

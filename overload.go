@@ -1,9 +1,13 @@
 package resilience
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"net/http"
+	"syscall"
 	"time"
 )
 
@@ -91,3 +95,69 @@ func (e *OverloadError) Error() string {
 
 // Is reports whether target is ErrOverloaded.
 func (e *OverloadError) Is(target error) bool { return target == ErrOverloaded }
+
+// takeSlot takes a slot of s's overload limiter for the call's attempt n,
+// if the limiter is on: at now, unless it waits for one. A first attempt, or a retry while the limiter is
+// not shedding, waits for one (queue), at most MaxQueueWait and never past
+// the call's deadline; a hedge only tries. ctx is the attempt's. A refusal
+// is reported (EventOverloadShed, to rec: record) and returned: an
+// *OverloadError, or ctx's error if the caller left while waiting.
+func (c *call) takeSlot(ctx context.Context, s *hostState, n int, queue bool, now time.Time, rec *attemptEvents) (overloadSlot, error) {
+	l := s.policies.Load().overload
+	if l == nil {
+		return overloadSlot{}, nil
+	}
+	var wait time.Duration
+	var until time.Time
+	if queue {
+		wait, until = l.opts.MaxQueueWait, c.deadline()
+	}
+	slot, err := l.acquire(ctx, wait, until, n, now)
+	if err == nil && !l.reported.Load() {
+		return slot, nil // only a refusal starts the overloaded state, and it ends only once started
+	}
+	var oe *OverloadError
+	if errors.As(err, &oe) {
+		c.record(rec, Event{Kind: EventOverloadShed, Host: s.host, Attempt: n, Err: oe})
+	}
+	if now, changed := l.overloaded(); changed {
+		kind := EventOverloadEnded
+		if now {
+			kind = EventOverloaded
+		}
+		e := Event{Kind: kind, Host: s.host}
+		if oe != nil {
+			e.Err = oe
+		}
+		c.h.emit(e)
+	}
+	return slot, err
+}
+
+// overloadOutcome is what an attempt that ended with resp and err (fired: the
+// deadline that cut it, if any) tells the overload limiter.
+func (c *call) overloadOutcome(resp *http.Response, err, fired error) overloadOutcome {
+	switch {
+	case fired == ErrAttemptTimeout:
+		return overloadTimeout
+	case fired != nil || c.callerLeft() != nil:
+		return overloadDropped
+	case err != nil:
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return overloadLoss
+		}
+		return overloadDropped
+	case resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests:
+		return overloadLoss
+	}
+	return overloadAnswered
+}
+
+// overloadFailure is the error of a call whose first attempt the limiter
+// refused.
+func (c *call) overloadFailure(err error) error {
+	if errors.Is(err, ErrOverloaded) {
+		return c.errorf(nil, err, "")
+	}
+	return c.errorf(nil, err, "waiting for a slot")
+}

@@ -21,7 +21,7 @@ const (
 // wait, or refuses the call; said is the server's answer the refusal of a
 // server quota rests on, nil for the other rates. A wait of zero or less
 // admits it at once.
-func (c admitting) pace(limit string, wait time.Duration, said *serverAnswer) error {
+func (c *call) pace(limit string, wait time.Duration, said *serverAnswer) error {
 	if wait <= 0 {
 		return nil
 	}
@@ -39,7 +39,7 @@ func (c admitting) pace(limit string, wait time.Duration, said *serverAnswer) er
 // rateRefused is the error, and the event, for a call the rate named
 // limit refused; its next permit is due in retryAfter, zero if unknown,
 // and said is the server's answer it rests on, if any.
-func (c admitting) rateRefused(limit string, retryAfter time.Duration, said *serverAnswer) error {
+func (c *call) rateRefused(limit string, retryAfter time.Duration, said *serverAnswer) error {
 	cause := &RateLimitError{Limit: limit, RetryAfter: max(0, retryAfter)}
 	if said != nil {
 		cause.Quota, cause.Resource, cause.Response = said.quota, said.resource, said.response(c.req)
@@ -50,7 +50,7 @@ func (c admitting) rateRefused(limit string, retryAfter time.Duration, said *ser
 
 // paceLocal takes a permit of the handler's own rate, waiting for it when
 // RateLimitOptions.Wait says so and it is due before the call's deadline.
-func (c admitting) paceLocal(l ratelimiter.RateLimiter[any], rl RateLimitOptions) error {
+func (c *call) paceLocal(l ratelimiter.RateLimiter[any], rl RateLimitOptions) error {
 	if !rl.Wait {
 		if l.TryAcquirePermit() {
 			return nil

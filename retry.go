@@ -2,53 +2,67 @@ package resilience
 
 import (
 	"errors"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/resilienthttp/resilience/internal/budget"
-	"github.com/resilienthttp/resilience/internal/headers"
 )
 
-// retryLoop is a call in its retry loop.
-type retryLoop struct{ *call }
+// A retryLoop is the retry layer of one call: it sends the call's
+// attempts one after another, on the call's goroutine, until one is the
+// answer, waiting between them (nextDelay). It lives on the stack of the
+// call's RoundTrip.
+type retryLoop struct {
+	c      *call
+	delays backoff.BackOff // the backoff sequence, made at the first retry
+	// firstDelivery says that the next attempt is a failover after attempts
+	// whose request never left the client: the retry budget counts it as
+	// a first attempt, and it claimed no token.
+	firstDelivery bool
+}
 
-// run is the retry loop. It returns the response to give the caller, or
-// the error.
-func (c retryLoop) run(now time.Time) (*http.Response, error) {
-	cfg := c.cfg
+// run is the retry loop: now is when its first attempt starts. It returns
+// the response to give the caller, or the error.
+func (l *retryLoop) run(now time.Time) (*http.Response, error) {
+	c, cfg := l.c, l.c.cfg
 	c.repeatable = !cfg.Retry.Disabled && (c.keyed || cfg.methods.repeatable(c.req, c.over))
-	rt := routing(c).newRoute() // nil without Endpoints
+	rt := c.newRoute() // nil without Endpoints
 	if rt != nil {
-		defer routing(c).routeEnded(rt)
+		defer c.routeEnded(rt)
 	}
 	var waited time.Duration    // before attempt n
 	var prevResp *http.Response // the outcome before attempt n, for a retry refused unsent
 	var prevErr error
-	unsent := true // every attempt so far failed before its request left the client
+	unsent := true   // every attempt so far failed before its request left the client
+	claimed := false // attempt n holds a retry budget token
 	for n := 1; ; n++ {
 		if n > 1 {
 			now = time.Now()
 		}
-		resp, err, final := sending(c).attempt(now, waited, rt)
-		if final {
-			if n > 1 && c.budget() != nil && !c.firstDelivery {
-				c.budget().Release() // never judged: its claim says nothing
-			}
+		a := attempt{c: c, n: n, delay: waited, s: c.s, queue: true, first: n == 1 || l.firstDelivery,
+			rb: c.budget(), claimed: claimed, ownBody: true, ctx: c.req.Context(), dl: &c.deadlines}
+		o, err := l.send(&a, now, rt)
+		if err != nil {
 			// A retry the overload limiter shed or the circuit refused was
 			// not sent: the call ends on the outcome before it, as when the
 			// budget refuses one. Only when that outcome was a response too
 			// long to keep is the refusal the answer.
-			if se, ok := err.(*shedError); ok {
+			var oe *OverloadError
+			if n > 1 && o.kind == outcomeShed && errors.As(o.err, &oe) {
 				if prevResp == nil && prevErr == nil {
-					return nil, c.errorf(nil, se.OverloadError, "") // the response before was too long to keep
+					return nil, c.errorf(nil, oe, "") // the response before was too long to keep
 				}
 				return c.result(prevResp, prevErr)
 			}
 			if n > 1 && errors.Is(err, ErrCircuitOpen) && (prevResp != nil || prevErr != nil) {
 				return c.result(prevResp, prevErr)
 			}
-			return nil, err // rejected, total timeout, cancelled, the request's own failure
+			return nil, err // rejected, shed, total timeout, cancelled, the request's own failure
 		}
+		resp, err := o.resp, o.err
 		if rt != nil {
 			rt.ended(rt.last, err) // an endpoint's own failure drops it from the call
 		}
@@ -73,7 +87,7 @@ func (c retryLoop) run(now time.Time) (*http.Response, error) {
 		// server: as a first attempt, it claims no budget token.
 		unsent = unsent && resp == nil && undelivered(err)
 		free := atOnce && unsent
-		wait, ok := c.nextDelay(n, resp, err, elsewhere, atOnce)
+		wait, ok := l.nextDelay(n, resp, err, elsewhere, atOnce)
 		if !ok {
 			return c.result(resp, err) // the wait asked for does not fit: answer now
 		}
@@ -97,7 +111,7 @@ func (c retryLoop) run(now time.Time) (*http.Response, error) {
 		}
 		var kept *http.Response
 		if resp != nil {
-			kept = c.discard(resp)
+			kept = c.discard(resp) // body.go
 		}
 		prevResp, prevErr = kept, err
 		left := c.sleepUntil(wakeAt)
@@ -113,8 +127,9 @@ func (c retryLoop) run(now time.Time) (*http.Response, error) {
 		// failed and emptied the budget. Asked only before the wait, every
 		// call that failed within one backoff delay of an outage's start
 		// would retry into it.
-		c.firstDelivery = free
-		if free {
+		l.firstDelivery = free
+		claimed = false
+		if free || c.budget() == nil {
 			continue
 		}
 		if why := c.budget().Take(); why != nil {
@@ -122,6 +137,7 @@ func (c retryLoop) run(now time.Time) (*http.Response, error) {
 				// The response is gone (its body was too long to keep):
 				// retry rather than answer with nothing.
 				c.budget().ClaimAnyway()
+				claimed = true
 				continue
 			}
 			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: why.Of(err)}
@@ -131,7 +147,55 @@ func (c retryLoop) run(now time.Time) (*http.Response, error) {
 			c.emit(e)
 			return c.result(kept, err)
 		}
+		claimed = true
 	}
+}
+
+// send sends attempt a of the loop, started at now (to the next endpoint
+// of rt, if routed), unless the call is over first. It returns the
+// attempt's outcome, or the error that ends the call: the caller left, the
+// total deadline passed, the circuit refused, the overload limiter shed,
+// the request's own failure.
+func (l *retryLoop) send(a *attempt, now time.Time, rt *route) (outcome, error) {
+	c := l.c
+	if err := c.callerLeft(); err != nil {
+		a.settle()
+		return outcome{}, c.errorf(nil, err, "") // the caller left: say so, not what the circuit would have said
+	}
+	if !c.totalAt.IsZero() && !now.Before(c.totalAt) {
+		a.settle()
+		return outcome{}, c.totalTimeout(nil)
+	}
+	if rt != nil {
+		if c.h.isolated.Load() {
+			a.settle()
+			return outcome{}, c.rejected(ErrIsolated)
+		}
+		var err error
+		if a.ep, a.s, a.probe, err = c.admitRouted(rt); err != nil {
+			a.settle()
+			return outcome{}, c.errorf(ErrCircuitOpen, err, "on every endpoint")
+		}
+		a.idx, a.admitted = rt.last, true
+	}
+	o := a.send(now)
+	if o.sent {
+		c.attempts++
+	}
+	switch o.kind {
+	case outcomeAnswer, outcomeFailure:
+		c.retryable = o.kind == outcomeFailure
+		return o, nil
+	case outcomeRejected:
+		return o, c.rejected(o.err)
+	case outcomeShed:
+		return o, c.overloadFailure(o.err)
+	case outcomeFault:
+		return o, c.faulted(o.err)
+	case outcomeTotal:
+		return o, c.totalTimeout(o.err)
+	}
+	return o, c.errorf(nil, o.err, "") // abandoned: the caller left
 }
 
 // nextDelay returns how long to wait before retry n, which follows the
@@ -144,14 +208,14 @@ func (c retryLoop) run(now time.Time) (*http.Response, error) {
 // resp's Retry-After does not apply to it; atOnce, that it goes there
 // after a connection failure, with a computed delay of 0 that takes no
 // step of the backoff sequence.
-func (c retryLoop) nextDelay(n int, resp *http.Response, err error, elsewhere, atOnce bool) (time.Duration, bool) {
-	r := c.cfg.Retry
+func (l *retryLoop) nextDelay(n int, resp *http.Response, err error, elsewhere, atOnce bool) (time.Duration, bool) {
+	c, r := l.c, l.c.cfg.Retry
 	var wait time.Duration
 	if !atOnce {
-		if c.delays == nil {
-			c.delays = newBackOff(r)
+		if l.delays == nil {
+			l.delays = newBackOff(r)
 		}
-		wait = min(c.delays.NextBackOff(), r.MaxDelay)
+		wait = min(l.delays.NextBackOff(), r.MaxDelay)
 	}
 	now := time.Now()
 	honoured := false
@@ -176,34 +240,9 @@ func (c retryLoop) nextDelay(n int, resp *http.Response, err error, elsewhere, a
 	return wait, true
 }
 
-// serverWait returns the wait resp asks for before the request is sent to
-// its server again: its Retry-After (a keyed call's 409's too), or the
-// deadline contract's pushback where that asks for longer; asked is false
-// when it asks for none, or IgnoreRetryAfter is set. ok is false when the
-// wait is not to be made at all (over MaxRetryAfter): the caller gets resp
-// at once, or, with Endpoints, the request goes elsewhere. Whether the wait
-// fits the call's deadline is the caller's to judge. The retry loop
-// (nextDelay) and the hedging race (hedgePauses) both ask it.
-func (c *call) serverWait(resp *http.Response, now time.Time) (d time.Duration, asked, ok bool) {
-	r := c.cfg.Retry
-	if r.IgnoreRetryAfter {
-		return 0, false, true
-	}
-	d, asked = headers.RetryAfter(resp, now)
-	if !asked && c.keyed {
-		d, asked = conflictRetryAfter(resp, now)
-	}
-	if p, stop, pok := pushbackOf(resp, c.cfg.Propagation); pok && !stop && (!asked || p > d) {
-		d, asked = p, true // the contract's pushback, where it asks for longer
-	}
-	if asked && r.MaxRetryAfter > 0 && d > r.MaxRetryAfter {
-		return 0, true, false
-	}
-	return d, asked, true
-}
-
-// result is what the caller gets when retries stop on an attempt's outcome.
-func (c retryLoop) result(resp *http.Response, err error) (*http.Response, error) {
+// result is what the caller gets when the call ends on an attempt's
+// outcome: the retry loop's, or the hedging race's last failure.
+func (c *call) result(resp *http.Response, err error) (*http.Response, error) {
 	if err == nil {
 		return resp, nil
 	}
@@ -220,4 +259,65 @@ func (c *call) budget() *budget.Budget {
 		return nil
 	}
 	return c.h.budget
+}
+
+// jitterFactor is the spread of a jittered delay: a base delay d becomes a
+// uniformly random value in [d*(1-f), d*(1+f)].
+const jitterFactor = 0.5
+
+// newBackOff returns the delay sequence of one call's retries: all zero
+// when Delay is negative, the retries then going at once.
+//
+// The base delay is capped at MaxDelay/(1+f) before jitter, so that jittered
+// delays never exceed MaxDelay and, once the cap is reached, still spread
+// over [MaxDelay/3, MaxDelay]. Capping after jitter instead would put half of
+// them exactly on MaxDelay and line up again the clients jitter keeps apart.
+func newBackOff(r RetryOptions) backoff.BackOff {
+	if r.Delay < 0 {
+		return &backoff.ZeroBackOff{}
+	}
+	factor := jitterFactor
+	if r.NoJitter {
+		factor = 0
+	}
+	ceiling := time.Duration(float64(r.MaxDelay) / (1 + factor))
+	if r.Backoff == BackoffLinear {
+		return &linearBackOff{delay: r.Delay, max: ceiling, factor: factor}
+	}
+	multiplier := 2.0
+	if r.Backoff == BackoffConstant {
+		multiplier = 1
+	}
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     r.Delay,
+		RandomizationFactor: factor,
+		Multiplier:          multiplier,
+		MaxInterval:         ceiling,
+		MaxElapsedTime:      0, // the retry layer and the total timeout decide when to stop
+		Stop:                backoff.Stop,
+		Clock:               backoff.SystemClock,
+	}
+	b.Reset()
+	return b
+}
+
+// linearBackOff grows by Delay each time, which backoff/v4 does not offer.
+type linearBackOff struct {
+	delay, max time.Duration
+	factor     float64
+	n          int64
+}
+
+func (b *linearBackOff) Reset() { b.n = 0 }
+
+func (b *linearBackOff) NextBackOff() time.Duration {
+	b.n++
+	d := max(b.max, b.delay) // Delay itself is never cut
+	if b.n <= int64(d/b.delay) {
+		d = b.delay * time.Duration(b.n)
+	}
+	if b.factor == 0 {
+		return d
+	}
+	return time.Duration(float64(d) * (1 - b.factor + 2*b.factor*rand.Float64()))
 }

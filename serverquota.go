@@ -302,7 +302,7 @@ func (cfg *config) maxServerWait() time.Duration {
 // paceServer admits the call by the quota its upstream announced, waiting
 // for the reset or refusing the call as RateLimitOptions.Wait says, and
 // reports whether a quota scoped to a resource held it back.
-func (c admitting) paceServer() (held bool, err error) {
+func (c *call) paceServer() (held bool, err error) {
 	if !c.cfg.followsServer() {
 		return false, nil
 	}
@@ -331,4 +331,49 @@ func (c admitting) paceServer() (held bool, err error) {
 		}
 	}
 	return held, nil
+}
+
+// sendingAttempt notes that attempt n of the call is being sent, and
+// returns when, or zero if the quota is not followed yet. A retry or hedge
+// spends from the quota, and so does a first attempt whose call was
+// admitted before the quota was followed; the others took their share at
+// admission.
+func (c *call) sendingAttempt(n int) time.Time {
+	if !c.cfg.followsServer() {
+		return time.Time{}
+	}
+	q := &c.s.quota
+	q.sending.Add(1)
+	if !q.active.Load() {
+		return time.Time{}
+	}
+	now := time.Now()
+	if n > 1 || !c.quotaTaken {
+		q.spend(now)
+	}
+	return now
+}
+
+// attemptAnswered notes the end of an attempt sendingAttempt returned
+// sentAt for, and what its response, if any, says of the quota.
+func (c *call) attemptAnswered(sentAt time.Time, resp *http.Response) {
+	if !c.cfg.followsServer() {
+		return
+	}
+	q := &c.s.quota
+	if resp != nil {
+		h := resp.Header
+		var has, otherwise bool
+		if _, ok := c.base.(*http.Transport); ok {
+			has = headers.HasQuota(h)
+		} else if has, otherwise = headers.ScanQuota(h); otherwise {
+			h = headers.CanonicalClone(h) // net/http's canonicalizes what it reads; another may not
+			has = headers.HasQuota(h)
+		}
+		if resp.StatusCode == http.StatusTooManyRequests || has {
+			q.observe(c.req, resp, h, sentAt, time.Now(), c.cfg.maxServerWait(), c.cfg.RateLimit.PauseOn429)
+			return
+		}
+	}
+	q.sending.Add(-1)
 }

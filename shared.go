@@ -7,7 +7,7 @@ import (
 
 // paceShared takes a permit of the shared rate sr, waiting for it when
 // RateLimitOptions.Wait says so and it is due before the call's deadline.
-func (c admitting) paceShared(sr SharedRate) error {
+func (c *call) paceShared(sr SharedRate) error {
 	key := c.cfg.Name
 	if c.s.host != "" {
 		key += " " + c.s.host
@@ -26,7 +26,7 @@ func (c admitting) paceShared(sr SharedRate) error {
 			c.emit(Event{Kind: EventRateLimited, Err: err})
 			return c.errorf(ErrRateLimited, err, "because the %s rate's store failed", limitShared)
 		}
-		c.s.sharedFallback(c.call, res.Fallback)
+		c.s.sharedFallback(c, res.Fallback)
 		if res.Wait <= 0 {
 			return nil
 		}

@@ -11,7 +11,7 @@ import (
 // circuit breaker (internal/breaker), overload limit and one attempt (attempt.go),
 // attempt deadline (both deadlines in deadline.go). One call is one *call
 // (call.go); its response body, when returned, is the call itself
-// (delivery.go), so that the permit and the timer are released when the
+// (body.go), so that the permit and the timer are released when the
 // body is closed or read to EOF. What a call tells its observers and its
 // caller is in callreport.go.
 
@@ -25,6 +25,7 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 		return nil, fmt.Errorf("resilience: handler %q: nil Request.URL", cfg.Name)
 	}
 	c := &call{h: h, cfg: cfg, s: h.stateFor(req), base: base, req: req}
+	c.owner = c
 	c.body.Hold(req.Body) // closed at the end if no attempt sends it
 	c.attemptLimit, c.totalLimit = max(0, cfg.AttemptTimeout), max(0, cfg.TotalTimeout)
 	if o := overridesFrom(req.Context()); o != nil {
@@ -43,38 +44,39 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 	if c.totalLimit > 0 {
 		c.totalAt = now.Add(c.totalLimit)
 	}
-	queued, err := admitting{c}.admit()
+	queued, err := c.admit()
 	if err != nil {
 		c.body.Close()
-		reporting{c}.ended(now, nil, err)
+		c.ended(now, nil, err)
 		c.finish()
 		return nil, err
 	}
 	var resp *http.Response
 	if cfg.Hedging.Enabled {
-		resp, err = hedging{c}.hedge(now)
+		resp, err = c.hedge(now)
 	} else {
 		first := now
 		if queued {
 			first = time.Now() // the first attempt starts after the wait
 		}
-		resp, err = retryLoop{c}.run(first)
+		l := retryLoop{c: c}
+		resp, err = l.run(first)
 	}
 	c.body.Close()
-	reporting{c}.ended(now, resp, err)
+	c.ended(now, resp, err)
 	if err != nil {
 		c.finish()
 		if cfg.Fallback.Enabled {
-			return fallingBack{c}.fallback(err)
+			return c.fallback(err)
 		}
 		return nil, err
 	}
 	if cfg.Fallback.Enabled && resp.StatusCode >= 500 {
-		if kept, err := (fallingBack{c}).fallbackOnStatus(resp); kept != resp {
+		if kept, err := c.fallbackOnStatus(resp); kept != resp {
 			c.finish()
 			return kept, err
 		}
 	}
-	deliveredBody{c}.deliver(resp)
+	c.deliver(resp)
 	return resp, nil
 }

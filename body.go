@@ -9,7 +9,7 @@ import (
 	"github.com/resilienthttp/resilience/internal/httpbody"
 )
 
-// deliveredBody is the body of the response handed to the caller: the
+// A deliveredBody is the body of the response handed to the caller: the
 // call itself, whose end the body's end is. One pointer, so that making it
 // the response's Body allocates nothing.
 type deliveredBody struct{ *call }
@@ -44,12 +44,12 @@ func (c *call) discard(resp *http.Response) *http.Response {
 
 // deliver hands resp to the caller, its body wrapped so that the end of the
 // body ends the call.
-func (c deliveredBody) deliver(resp *http.Response) {
+func (c *call) deliver(resp *http.Response) {
 	resp.Request = c.req
 	switch {
 	case resp.Body == nil || resp.Body == http.NoBody:
 		if c.cfg.Fallback.Enabled {
-			fallingBack(c).keepEmpty(resp) // fallback.go
+			c.keepEmpty(resp) // fallback.go
 		}
 		c.finish()
 	case resp.StatusCode == http.StatusSwitchingProtocols:
@@ -60,17 +60,17 @@ func (c deliveredBody) deliver(resp *http.Response) {
 		c.mu.Unlock()
 		c.releasePermit()
 		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
-			resp.Body = upgraded{rwc, c.call}
+			resp.Body = upgraded{rwc, c}
 		}
 	default:
 		c.rc = resp.Body
 		if c.cfg.Fallback.Enabled {
-			c.rc = fallingBack(c).keeping(resp) // fallback.go
+			c.rc = c.keeping(resp) // fallback.go
 		}
 		if _, ok := c.rc.(io.WriterTo); ok {
-			resp.Body = deliveredWriterTo{c}
+			resp.Body = deliveredWriterTo{deliveredBody{c}}
 		} else {
-			resp.Body = c
+			resp.Body = deliveredBody{c}
 		}
 		c.mu.Lock()
 		c.delivered = true
@@ -87,12 +87,8 @@ func (c deliveredBody) deliver(resp *http.Response) {
 // http.Client gives back what a call holds when its Timeout fires, and a
 // body never read nor closed cannot keep it for ever. The body then fails
 // with ErrTotalTimeout; closing it is still the caller's to do.
-func (c deliveredBody) expire() {
-	c.mu.Lock()
-	first := !c.reported && !c.done
-	c.reported = true
-	c.mu.Unlock()
-	if first {
+func (c *call) expire() {
+	if first := !c.reported.Swap(true) && !c.done.Load(); first {
 		c.emit(Event{Kind: EventTotalTimeout, Err: ErrTotalTimeout})
 	}
 	c.finish()
@@ -149,15 +145,12 @@ func (c deliveredBody) closeBody() error {
 
 func (c deliveredBody) bodyError(err error) error {
 	c.mu.Lock()
-	fired, first := c.fired, !c.reported
-	if fired == ErrTotalTimeout {
-		c.reported = true
-	}
+	fired := c.fired
 	c.mu.Unlock()
 	if fired != ErrTotalTimeout {
 		return err
 	}
-	if first {
+	if first := !c.reported.Swap(true); first {
 		c.emit(Event{Kind: EventTotalTimeout, Err: ErrTotalTimeout})
 	}
 	if errors.Is(err, ErrTotalTimeout) {
@@ -169,12 +162,10 @@ func (c deliveredBody) bodyError(err error) error {
 // finish ends the call: the timer stops, the attempt's context is released
 // and so is the concurrency permit. It is safe to call more than once.
 func (c *call) finish() {
-	c.mu.Lock()
-	if c.done {
-		c.mu.Unlock()
+	if c.done.Swap(true) {
 		return
 	}
-	c.done = true
+	c.mu.Lock()
 	c.releaseTimerLocked()
 	cancel := c.cancel
 	c.cancel = nil
