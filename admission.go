@@ -3,10 +3,12 @@ package resilience
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/bulkhead"
+	"github.com/failsafe-go/failsafe-go/ratelimiter"
 )
 
 // admit takes a concurrency permit, waiting in the queue if there is room
@@ -44,7 +46,7 @@ func (c *call) admit() (queued bool, err error) {
 	queued = queued || held
 	if sr := p.rl.Shared; sr != nil && !p.rl.Disabled {
 		queued = true
-		if err := c.paceShared(sr); err != nil { // shared.go
+		if err := c.paceShared(sr); err != nil {
 			c.releasePermit()
 			return false, err
 		}
@@ -97,4 +99,142 @@ func (c *call) releasePermit() {
 		c.permit = nil
 		p.bulkhead.ReleasePermit()
 	}
+}
+
+// Rates: a call over a rate waits for its permit when RateLimitOptions.Wait
+// says so and the permit is due before the call's deadline; otherwise it
+// fails at once with a *RateLimitError under ErrRateLimited.
+
+// Names of the rates a call can be refused by, for RateLimitError.Limit.
+const (
+	limitLocal  = "local"
+	limitShared = "shared"
+	limitServer = "server"
+)
+
+// pace holds the call until the permit of the rate named limit, due in
+// wait, or refuses the call; said is the server's answer the refusal of a
+// server quota rests on, nil for the other rates. A wait of zero or less
+// admits it at once.
+func (c *call) pace(limit string, wait time.Duration, said *serverAnswer) error {
+	if wait <= 0 {
+		return nil
+	}
+	if c.cfg.RateLimit.Wait {
+		if d := c.deadline(); d.IsZero() || time.Now().Add(wait).Before(d) {
+			if err := c.sleepUntil(time.Now().Add(wait)); err != nil {
+				return c.errorf(nil, err, "waiting for a %s rate permit", limit)
+			}
+			return nil
+		}
+	}
+	return c.rateRefused(limit, wait, said)
+}
+
+// rateRefused is the error, and the event, for a call the rate named
+// limit refused; its next permit is due in retryAfter, zero if unknown,
+// and said is the server's answer it rests on, if any.
+func (c *call) rateRefused(limit string, retryAfter time.Duration, said *serverAnswer) error {
+	cause := &RateLimitError{Limit: limit, RetryAfter: max(0, retryAfter)}
+	if said != nil {
+		cause.Quota, cause.Resource, cause.Response = said.quota, said.resource, said.response(c.req)
+	}
+	c.emit(Event{Kind: EventRateLimited, Err: cause})
+	return c.errorf(ErrRateLimited, cause, "")
+}
+
+// paceLocal takes a permit of the handler's own rate, waiting for it when
+// RateLimitOptions.Wait says so and it is due before the call's deadline.
+func (c *call) paceLocal(l ratelimiter.RateLimiter[any], rl RateLimitOptions) error {
+	if !rl.Wait {
+		if l.TryAcquirePermit() {
+			return nil
+		}
+		// No caller reserves a permit ahead when none waits, so the next
+		// one is due within one interval (one period of Burst calls).
+		return c.rateRefused(limitLocal, localPeriod(rl), nil)
+	}
+	var wait time.Duration
+	if d := c.deadline(); d.IsZero() {
+		wait = l.ReservePermit()
+	} else if wait = l.TryReservePermit(time.Until(d)); wait < 0 {
+		return c.rateRefused(limitLocal, 0, nil) // due past the deadline: when, the limiter does not say
+	}
+	if wait <= 0 {
+		return nil
+	}
+	if err := c.sleepUntil(time.Now().Add(wait)); err != nil {
+		return c.errorf(nil, err, "waiting for a %s rate permit", limitLocal)
+	}
+	return nil
+}
+
+// localPeriod is the longest a refused call waits for the next permit of
+// rl's rate when no call holds a reservation.
+func localPeriod(rl RateLimitOptions) time.Duration {
+	interval := time.Duration(float64(time.Second) / rl.RequestsPerSecond)
+	if rl.Burst > 1 {
+		return interval * time.Duration(rl.Burst)
+	}
+	return interval
+}
+
+// paceShared takes a permit of the shared rate sr, waiting for it when
+// RateLimitOptions.Wait says so and it is due before the call's deadline.
+func (c *call) paceShared(sr SharedRate) error {
+	key := c.cfg.Name
+	if c.s.host != "" {
+		key += " " + c.s.host
+	}
+	ctx := c.req.Context()
+	for {
+		res, err := sr.Take(ctx, key)
+		if err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return c.errorf(nil, err, "waiting for a %s rate permit", limitShared)
+			}
+			var rle *RateLimitError
+			if errors.As(err, &rle) {
+				return c.rateRefused(limitShared, rle.RetryAfter, nil)
+			}
+			c.emit(Event{Kind: EventRateLimited, Err: err})
+			return c.errorf(ErrRateLimited, err, "because the %s rate's store failed", limitShared)
+		}
+		c.s.sharedFallback(c, res.Fallback)
+		if res.Wait <= 0 {
+			return nil
+		}
+		if err := c.pace(limitShared, res.Wait, nil); err != nil {
+			return err
+		}
+	}
+}
+
+// sharedFallback emits the event of a change between the shared rate and
+// the store's local fallback, once per change and host.
+func (s *hostState) sharedFallback(c *call, why error) {
+	local := why != nil
+	if s.sharedLocal.Load() == local || !s.sharedLocal.CompareAndSwap(!local, local) {
+		return
+	}
+	if local {
+		c.emit(Event{Kind: EventSharedRateFallback, Err: why})
+	} else {
+		c.emit(Event{Kind: EventSharedRateRecovered})
+	}
+}
+
+// sameRateOptions reports whether a == b without the panic that == would
+// raise on a Shared whose dynamic type is not comparable (such a Shared is
+// taken as changed).
+func sameRateOptions(a, b RateLimitOptions) bool {
+	sa, sb := a.Shared, b.Shared
+	a.Shared, b.Shared = nil, nil
+	if a != b {
+		return false
+	}
+	if sa == nil || sb == nil {
+		return sa == nil && sb == nil
+	}
+	return reflect.TypeOf(sa).Comparable() && reflect.TypeOf(sb).Comparable() && sa == sb
 }

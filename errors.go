@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"time"
+
+	"github.com/resilienthttp/resilience/internal/budget"
 )
 
 // Errors of a Transport, for errors.Is. The error RoundTrip returns wraps
@@ -237,3 +239,7 @@ func (e *optionError) Error() string {
 // A badOption returns the error of an invalid option: its field, the value
 // given and why it is wrong.
 type badOption func(field string, value any, reason string) error
+
+// ErrBudgetExhausted is the Err of an EventBudgetExceeded, wrapping the
+// error not retried, if any; the caller gets that outcome, not this error.
+var ErrBudgetExhausted = budget.ErrExhausted

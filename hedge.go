@@ -54,26 +54,6 @@ type hedge struct {
 	sentAt atomic.Int64
 }
 
-// attemptEvents are the events of the call that a hedge's goroutine came
-// to: it keeps them (call.record), and the race emits them when it
-// receives the hedge, so that only the call's own goroutine emits its
-// events and writes its Report. A hedge the race never receives, one still
-// running when the call returned, is reported by the race itself as it
-// returns (settle), and its own events are dropped. A hedge has at most
-// two: EventOverloadShed alone, or EventAttempt and then
-// EventAttemptTimeout or EventPushback.
-type attemptEvents struct {
-	e [2]Event
-	n int
-}
-
-func (a *attemptEvents) add(e Event) {
-	if a.n < len(a.e) {
-		a.e[a.n] = e
-		a.n++
-	}
-}
-
 // A race is a hedged call's loop, on the call's goroutine: it sends the
 // hedges, receives their outcomes and ends the race.
 type race struct {

@@ -23,7 +23,7 @@ type hostState struct {
 	circuit  *breaker.Circuit         // its breaker, the open reason and the half-open probe
 	entry    hostEntry                // its place in the host table, with PerHost
 
-	sharedLocal atomic.Bool // the shared rate's store last answered from its fallback (shared.go)
+	sharedLocal atomic.Bool // the shared rate's store last answered from its fallback (sharedFallback)
 
 	// quota is what the upstream announced of its quota (serverquota.go).
 	quota serverQuota
@@ -43,17 +43,39 @@ type policies struct {
 func newHostState(h *Handler, host string) *hostState {
 	s := &hostState{h: h, host: host}
 	cfg := h.cfg.Load()
+	s.circuit = breaker.New(breakerOptionsOf(cfg), s.onCircuit)
+	s.policies.Store(newPolicies(cfg, nil))
+	return s
+}
+
+// newPolicies builds a host's limits from cfg: the one place that builds
+// them, at a host's start and on an Update. Each limit old holds that was
+// built from the options cfg still gives is kept, with what it has learnt
+// and the permits it has lent; old may be nil.
+func newPolicies(cfg *config, old *policies) *policies {
 	p := &policies{rl: cfg.RateLimit, ov: cfg.Overload}
-	if rl := p.rl; !rl.Disabled {
-		p.bulkhead = bulkhead.New[any](uint(rl.MaxConcurrent))
-		p.limiter = newLimiter(rl)
+	if old == nil {
+		old = &policies{rl: RateLimitOptions{Disabled: true}, ov: OverloadOptions{Disabled: true}}
 	}
-	if !p.ov.Disabled {
+	if p.ov == old.ov {
+		p.overload = old.overload
+	} else if !p.ov.Disabled {
+		// A new limiter learns afresh; the attempts holding the old one's
+		// slots give them back to it.
 		p.overload = newOverloadLimiter(p.ov, time.Now)
 	}
-	s.circuit = breaker.New(breakerOptionsOf(cfg), s.onCircuit)
-	s.policies.Store(p)
-	return s
+	rl, was := p.rl, old.rl
+	if rl.Disabled == was.Disabled && rl.MaxConcurrent == was.MaxConcurrent {
+		p.bulkhead = old.bulkhead
+	} else if !rl.Disabled {
+		p.bulkhead = bulkhead.New[any](uint(rl.MaxConcurrent))
+	}
+	if rl.Disabled == was.Disabled && rl.RequestsPerSecond == was.RequestsPerSecond && rl.Burst == was.Burst {
+		p.limiter = old.limiter
+	} else if !rl.Disabled {
+		p.limiter = newLimiter(rl)
+	}
+	return p
 }
 
 func newLimiter(rl RateLimitOptions) ratelimiter.RateLimiter[any] {

@@ -3,9 +3,6 @@ package resilience
 import (
 	"reflect"
 	"slices"
-	"time"
-
-	"github.com/failsafe-go/failsafe-go/bulkhead"
 )
 
 // Live configuration: a running Handler takes new Options without losing
@@ -116,29 +113,8 @@ func (h *Handler) commit(cfg *config) {
 func (s *hostState) reconfigure(cfg *config) {
 	s.circuit.Reconfigure(breakerOptionsOf(cfg)) // keeps the circuit's state
 	old := s.policies.Load()
-	p := &policies{bulkhead: old.bulkhead, limiter: old.limiter, overload: old.overload, rl: cfg.RateLimit, ov: cfg.Overload}
-	if sameRateOptions(p.rl, old.rl) && p.ov == old.ov {
+	if sameRateOptions(cfg.RateLimit, old.rl) && cfg.Overload == old.ov {
 		return // a host met after the update, or nothing of its own changed
 	}
-	if p.ov != old.ov {
-		// A new limiter learns afresh; the attempts holding the old one's
-		// slots give them back to it.
-		p.overload = nil
-		if !p.ov.Disabled {
-			p.overload = newOverloadLimiter(p.ov, time.Now)
-		}
-	}
-	if p.rl.Disabled != old.rl.Disabled || p.rl.MaxConcurrent != old.rl.MaxConcurrent {
-		p.bulkhead = nil
-		if !p.rl.Disabled {
-			p.bulkhead = bulkhead.New[any](uint(p.rl.MaxConcurrent))
-		}
-	}
-	if p.rl.Disabled != old.rl.Disabled || p.rl.RequestsPerSecond != old.rl.RequestsPerSecond || p.rl.Burst != old.rl.Burst {
-		p.limiter = nil
-		if !p.rl.Disabled {
-			p.limiter = newLimiter(p.rl)
-		}
-	}
-	s.policies.Store(p)
+	s.policies.Store(newPolicies(cfg, old))
 }

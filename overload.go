@@ -79,6 +79,14 @@ func (h *Handler) OverloadStats() map[string]OverloadStats {
 	return out
 }
 
+// stats is the limiter's state now, for OverloadStats.
+func (l *overloadLimiter) stats() OverloadStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return OverloadStats{Limit: l.limitLocked(), InFlight: l.inflight, Queued: len(l.waiters), Latency: l.srtt, Refused: l.refused,
+		Overloaded: !l.refusedAt.IsZero() && l.now().Sub(l.refusedAt) < quietAfter}
+}
+
 // OverloadError is why the overload limiter refused a call, at its limit
 // with the queue full or the wait too long. It is ErrOverloaded for errors.Is.
 type OverloadError struct {
@@ -133,6 +141,16 @@ func (c *call) takeSlot(ctx context.Context, s *hostState, n int, queue bool, no
 	}
 	return slot, err
 }
+
+// overloadOutcome is what an attempt's end tells the limiter.
+type overloadOutcome int
+
+const (
+	overloadAnswered overloadOutcome = iota // response headers: a latency sample
+	overloadLoss                            // 503, 429, refused connection: the cap shrinks; no latency sample
+	overloadTimeout                         // the attempt timed out: the cap shrinks, and its duration is the sample
+	overloadDropped                         // the caller or the call gave up, or the request failed: says nothing
+)
 
 // overloadOutcome is what an attempt that ended with resp and err (fired: the
 // deadline that cut it, if any) tells the overload limiter.

@@ -180,16 +180,6 @@ type overloadSlot struct {
 	k      int // attempts in flight when it was sent, its own included
 }
 
-// overloadOutcome is what an attempt's end tells the limiter.
-type overloadOutcome int
-
-const (
-	overloadAnswered overloadOutcome = iota // response headers: a latency sample
-	overloadLoss                            // 503, 429, refused connection: the cap shrinks; no latency sample
-	overloadTimeout                         // the attempt timed out: the cap shrinks, and its duration is the sample
-	overloadDropped                         // the caller or the call gave up, or the request failed: says nothing
-)
-
 // acquire takes a slot for attempt n of its call. An attempt given a wait
 // > 0 waits in the queue up to wait (and, when until is not zero, until
 // then), or until ctx ends; a retry (n > 1) waits only while the limiter is
@@ -451,11 +441,4 @@ func (l *overloadLimiter) overloaded() (now, changed bool) {
 	l.state = now
 	l.reported.Store(now)
 	return now, changed
-}
-
-func (l *overloadLimiter) stats() OverloadStats {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return OverloadStats{Limit: l.limitLocked(), InFlight: l.inflight, Queued: len(l.waiters), Latency: l.srtt, Refused: l.refused,
-		Overloaded: !l.refusedAt.IsZero() && l.now().Sub(l.refusedAt) < quietAfter}
 }

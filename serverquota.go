@@ -16,7 +16,7 @@ import (
 // resets, and a pause after a 429 with Retry-After (one that announces the
 // quota too, or any with RateLimitOptions.PauseOn429). Admission takes one of
 // the calls left, and a call over the quota waits for the reset or fails at
-// once, through pace (pace.go), like a call over any other rate.
+// once, through pace (admission.go), like a call over any other rate.
 //
 // The count is kept here, not only read: a response says how many calls
 // were left when the server answered it, and by then this client may have

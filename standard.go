@@ -13,7 +13,7 @@ import (
 // (call.go); its response body, when returned, is the call itself
 // (body.go), so that the permit and the timer are released when the
 // body is closed or read to EOF. What a call tells its observers and its
-// caller is in callreport.go.
+// caller is in event.go.
 
 // roundTrip sends req through the stack to base: the Transport's RoundTrip.
 func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Response, error) {
