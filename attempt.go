@@ -108,7 +108,17 @@ func (a *attempt) send(now time.Time) outcome {
 		now = slot.at // the attempt's deadline runs from the end of its wait for a slot
 	}
 	if a.ownBody {
-		if err := a.takeBody(); err != nil {
+		// The request's body, taken from the call; read ahead the first
+		// time, once the call is sure to be sent.
+		var err error
+		if !c.prepared {
+			c.prepared = true
+			err = c.body.Prepare(c.req, c.repeatable, c.cfg.MaxBufferedBody)
+		}
+		if err == nil {
+			a.body, a.getBody, err = c.body.Next()
+		}
+		if err != nil {
 			a.settle()
 			slot.release(overloadDropped)
 			a.s.circuit.ReleaseProbe(a.probe) // the request's own failure
@@ -189,21 +199,6 @@ func (a *attempt) send(now time.Time) outcome {
 		return outcome{resp: resp, err: err, kind: outcomeFailure, sent: true}
 	}
 	return outcome{resp: resp, err: err, kind: outcomeAnswer, sent: true}
-}
-
-// takeBody takes the request's body for the attempt from the call, reading
-// it ahead the first time, once the call is sure to be sent.
-func (a *attempt) takeBody() error {
-	c := a.c
-	if !c.prepared {
-		c.prepared = true
-		if err := c.body.Prepare(c.req, c.repeatable, c.cfg.MaxBufferedBody); err != nil {
-			return err
-		}
-	}
-	var err error
-	a.body, a.getBody, err = c.body.Next()
-	return err
 }
 
 // unsent settles an attempt that was never sent: its budget token goes

@@ -38,12 +38,13 @@ func (l *retryLoop) run(now time.Time) (*http.Response, error) {
 	var prevErr error
 	unsent := true   // every attempt so far failed before its request left the client
 	claimed := false // attempt n holds a retry budget token
+	rb, ctx := c.budget(), c.req.Context()
 	for n := 1; ; n++ {
 		if n > 1 {
 			now = time.Now()
 		}
 		a := attempt{c: c, n: n, delay: waited, s: c.s, queue: true, first: n == 1 || l.firstDelivery,
-			rb: c.budget(), claimed: claimed, ownBody: true, ctx: c.req.Context(), dl: &c.deadlines}
+			rb: rb, claimed: claimed, ownBody: true, ctx: ctx, dl: &c.deadlines}
 		o, err := l.send(&a, now, rt)
 		if err != nil {
 			// A retry the overload limiter shed or the circuit refused was
@@ -91,7 +92,7 @@ func (l *retryLoop) run(now time.Time) (*http.Response, error) {
 		if !ok {
 			return c.result(resp, err) // the wait asked for does not fit: answer now
 		}
-		if why := c.budget().Refuses(); why != nil && !free {
+		if why := rb.Refuses(); why != nil && !free {
 			e := Event{Kind: EventBudgetExceeded, Attempt: n, Err: why.Of(err)}
 			if resp != nil {
 				e.StatusCode = resp.StatusCode
@@ -129,14 +130,14 @@ func (l *retryLoop) run(now time.Time) (*http.Response, error) {
 		// would retry into it.
 		l.firstDelivery = free
 		claimed = false
-		if free || c.budget() == nil {
+		if free || rb == nil {
 			continue
 		}
-		if why := c.budget().Take(); why != nil {
+		if why := rb.Take(); why != nil {
 			if resp != nil && kept == nil {
 				// The response is gone (its body was too long to keep):
 				// retry rather than answer with nothing.
-				c.budget().ClaimAnyway()
+				rb.ClaimAnyway()
 				claimed = true
 				continue
 			}
