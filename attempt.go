@@ -98,7 +98,7 @@ func (a *attempt) send(now time.Time) outcome {
 			return outcome{err: refused, kind: outcomeRejected}
 		}
 	}
-	slot, err := c.takeSlot(a.ctx, a.s, a.n, a.queue, now, a.rec) // overload.go
+	slot, err := c.takeSlot(a.ctx, a.s, a.n, a.queue, now, a.rec)
 	if err != nil {
 		a.unsent()
 		a.s.circuit.ReleaseProbe(a.probe) // nothing was sent
@@ -141,7 +141,7 @@ func (a *attempt) send(now time.Time) outcome {
 		a.ep.retarget(r)
 	}
 	a.dl.start(cancel, c.attemptLimit, now)
-	sentAt := c.sendingAttempt(a.n) // serverquota.go
+	sentAt := c.sendingAttempt(a.n)
 	resp, err := c.base.RoundTrip(r)
 	c.attemptAnswered(sentAt, resp)
 	fired := a.dl.answered() // the deadline that cut it, if one did
@@ -161,7 +161,7 @@ func (a *attempt) send(now time.Time) outcome {
 		}
 		slot.release(o)
 	}
-	c.attemptEnded(a.n, now, a.delay, resp, err, fired, a.ep, a.rec) // report.go
+	c.attemptEnded(a.n, now, a.delay, resp, err, fired, a.ep, a.rec)
 	if hg := &c.cfg.Hedging; hg.Enabled && hg.DelayPercentile > 0 && !left && fired != ErrTotalTimeout {
 		c.h.latency.Record(time.Since(now)) // an attempt cut short by another's end says nothing of the latency
 	}
@@ -306,9 +306,12 @@ func (a *attempt) judge(resp *http.Response, err error) (retryable bool) {
 	if c.keyed {
 		retryable = keyedVerdict(resp, retryable, cfg.Retry.ShouldRetry != nil)
 	}
-	_, stop, _ := pushbackOf(resp, cfg.Propagation)
+	stop := false // the server's word: whatever the rules say, not again
+	if cfg.Propagation.Enabled {
+		_, stop, _ = pushbackOf(resp, cfg.Propagation)
+	}
 	if stop {
-		retryable = false // the server's word: whatever the rules say, not again
+		retryable = false
 		c.record(a.rec, Event{Kind: EventPushback, Attempt: a.n, StatusCode: resp.StatusCode})
 	}
 	if err == nil && resp.StatusCode == http.StatusSwitchingProtocols {

@@ -49,7 +49,7 @@ func (c *call) deliver(resp *http.Response) {
 	switch {
 	case resp.Body == nil || resp.Body == http.NoBody:
 		if c.cfg.Fallback.Enabled {
-			c.keepEmpty(resp) // fallback.go
+			c.keepEmpty(resp)
 		}
 		c.finish()
 	case resp.StatusCode == http.StatusSwitchingProtocols:
@@ -65,7 +65,7 @@ func (c *call) deliver(resp *http.Response) {
 	default:
 		c.rc = resp.Body
 		if c.cfg.Fallback.Enabled {
-			c.rc = c.keeping(resp) // fallback.go
+			c.rc = c.keeping(resp)
 		}
 		if _, ok := c.rc.(io.WriterTo); ok {
 			resp.Body = deliveredWriterTo{deliveredBody{c}}
@@ -174,7 +174,9 @@ func (c *call) finish() {
 		cancel(nil)
 	}
 	c.releasePermit()
-	c.s.callEnded()
+	if c.s != c.h.shared {
+		c.h.hosts.release(c.s) // a call that began with Handler.stateFor
+	}
 }
 
 // upgraded is the body of a 101 Switching Protocols response: the

@@ -106,7 +106,7 @@ func (s *timerSlot) fire() {
 	d := s.d
 	s.mu.Unlock()
 	if d != nil && d.fire() {
-		d.owner.expire() // body.go
+		d.owner.expire()
 	}
 }
 

@@ -165,14 +165,6 @@ func (rt *route) state(h *Handler, i int) *hostState {
 	return s
 }
 
-// newRoute returns the call's route, or nil without Endpoints.
-func (c *call) newRoute() *route {
-	if c.cfg.route == nil {
-		return nil
-	}
-	return &route{r: c.cfg.route}
-}
-
 // routeEnded gives back the endpoints' host states when the call's loop
 // ends (the winner's body may still be read: a host state released early
 // is at worst forgotten and made afresh), and names the endpoint of the

@@ -97,7 +97,10 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 	if err := c.body.Prepare(c.req, c.repeatable, cfg.MaxBufferedBody); err != nil {
 		return nil, c.faulted(err)
 	}
-	r := &race{c: c, ctx: ctx, delay: c.hedgeDelay(), rt: c.newRoute()}
+	r := &race{c: c, ctx: ctx, delay: c.hedgeDelay()}
+	if c.cfg.route != nil {
+		r.rt = &route{r: c.cfg.route}
+	}
 	if r.rt != nil {
 		defer c.routeEnded(r.rt)
 	}

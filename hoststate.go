@@ -35,7 +35,7 @@ type hostState struct {
 type policies struct {
 	bulkhead bulkhead.Bulkhead[any]       // nil when disabled
 	limiter  ratelimiter.RateLimiter[any] // nil without a rate
-	overload *overloadLimiter             // nil when Overload is off (overload.go)
+	overload *overloadLimiter             // nil when Overload is off (overloadlimit.go)
 	rl       RateLimitOptions
 	ov       OverloadOptions
 }

@@ -211,13 +211,6 @@ func (t *hostTable) unlistLocked(s *hostState) {
 // called again, would be kept for ever.
 func (s *hostState) circuitHolds() bool { return s.circuitState() == CircuitOpen }
 
-// callEnded ends a call that began with Handler.stateFor.
-func (s *hostState) callEnded() {
-	if s != s.h.shared {
-		s.h.hosts.release(s)
-	}
-}
-
 // all returns the states the table keeps.
 func (t *hostTable) all() []*hostState {
 	t.mu.RLock()

@@ -29,8 +29,9 @@ type retryLoop struct {
 func (l *retryLoop) run(now time.Time) (*http.Response, error) {
 	c, cfg := l.c, l.c.cfg
 	c.repeatable = !cfg.Retry.Disabled && (c.keyed || cfg.methods.repeatable(c.req, c.over))
-	rt := c.newRoute() // nil without Endpoints
-	if rt != nil {
+	var rt *route // the endpoints the call may go to, with Endpoints
+	if cfg.route != nil {
+		rt = &route{r: cfg.route}
 		defer c.routeEnded(rt)
 	}
 	var waited time.Duration    // before attempt n
@@ -112,7 +113,7 @@ func (l *retryLoop) run(now time.Time) (*http.Response, error) {
 		}
 		var kept *http.Response
 		if resp != nil {
-			kept = c.discard(resp) // body.go
+			kept = c.discard(resp)
 		}
 		prevResp, prevErr = kept, err
 		left := c.sleepUntil(wakeAt)

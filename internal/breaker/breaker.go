@@ -98,6 +98,20 @@ func (c *Circuit) Enabled() bool { return c.cur.Load().b != nil }
 // opening may pass, as it would have a moment earlier.
 func (c *Circuit) Closed() bool { return State(c.seen.Load()) == Closed }
 
+// Admit asks the circuit to let an attempt through. It returns the probe's
+// number when the attempt is the half-open probe (0 otherwise), or, when
+// the circuit refuses, why: the reason it opened, or that its probe is in
+// flight. A closed circuit admits every attempt, so neither the breaker's
+// lock nor the gate's is taken while the listeners say it is closed: an
+// attempt racing the circuit's opening goes through, as it would have a
+// moment earlier.
+func (c *Circuit) Admit() (probe uint64, refused error) {
+	if c.Closed() {
+		return 0, nil
+	}
+	return c.admitProbe()
+}
+
 // RecordSuccess counts an attempt that did not fail.
 func (c *Circuit) RecordSuccess() {
 	if b := c.cur.Load().b; b != nil {

@@ -41,17 +41,8 @@ type probeGate struct {
 	quiet atomic.Bool // the breaker is re-entering half-open for a new probe: its listeners stay silent
 }
 
-// Admit asks the circuit to let an attempt through. It returns the probe's
-// number when the attempt is the half-open probe (0 otherwise), or, when
-// the circuit refuses, why: the reason it opened, or that its probe is in
-// flight. A closed circuit admits every attempt, so neither the breaker's
-// lock nor the gate's is taken while the listeners say it is closed: an
-// attempt racing the circuit's opening goes through, as it would have a
-// moment earlier.
-func (c *Circuit) Admit() (probe uint64, refused error) {
-	if c.Closed() {
-		return 0, nil
-	}
+// admitProbe is Admit for a circuit that is not closed: the probe's gate.
+func (c *Circuit) admitProbe() (probe uint64, refused error) {
 	g := &c.probe
 	g.mu.Lock()
 	defer g.mu.Unlock()
