@@ -1,7 +1,6 @@
 package resilience
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -337,29 +336,31 @@ func (e *OverloadError) Error() string {
 // Is reports whether target is ErrOverloaded.
 func (e *OverloadError) Is(target error) bool { return target == ErrOverloaded }
 
-// takeSlot takes a slot of s's overload limiter for the call's attempt n,
-// if the limiter is on: at now, unless it waits for one. A first attempt, or a retry while the limiter is
-// not shedding, waits for one (queue), at most MaxQueueWait and never past
-// the call's deadline; a hedge only tries. ctx is the attempt's. A refusal
-// is reported (EventOverloadShed, to rec: record) and returned: an
-// *OverloadError, or ctx's error if the caller left while waiting.
-func (c *call) takeSlot(ctx context.Context, s *hostState, n int, queue bool, now time.Time, rec *attemptEvents) (overloadSlot, error) {
+// takeSlot takes a slot of the overload limiter of a's host for a, if the
+// limiter is on: at now, unless it waits for one. A first attempt, or a
+// retry while the limiter is not shedding, waits for one (a.queue), at
+// most MaxQueueWait and never past the call's deadline; a hedge only
+// tries. A refusal is reported (EventOverloadShed, to a.rec: record) and
+// returned: an *OverloadError, or the attempt context's error if the
+// caller left while waiting.
+func (a *attempt) takeSlot(now time.Time) (overloadSlot, error) {
+	c, s, n := a.c, a.s, a.n
 	l := s.policies.Load().overload
 	if l == nil {
 		return overloadSlot{}, nil
 	}
 	var wait time.Duration
 	var until time.Time
-	if queue {
+	if a.queue {
 		wait, until = l.opts.MaxQueueWait, c.deadline()
 	}
-	slot, err := l.acquire(ctx, wait, until, n, now)
+	slot, err := l.acquire(a.ctx, wait, until, n, now)
 	if err == nil && !l.reported.Load() {
 		return slot, nil // only a refusal starts the overloaded state, and it ends only once started
 	}
 	var oe *OverloadError
 	if errors.As(err, &oe) {
-		c.record(rec, Event{Kind: EventOverloadShed, Host: s.host, Attempt: n, Err: oe})
+		c.record(a.rec, Event{Kind: EventOverloadShed, Host: s.host, Attempt: n, Err: oe})
 	}
 	if now, changed := l.overloaded(); changed {
 		kind := EventOverloadEnded

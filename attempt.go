@@ -98,7 +98,7 @@ func (a *attempt) send(now time.Time) outcome {
 			return outcome{err: refused, kind: outcomeRejected}
 		}
 	}
-	slot, err := c.takeSlot(a.ctx, a.s, a.n, a.queue, now, a.rec)
+	slot, err := a.takeSlot(now)
 	if err != nil {
 		a.unsent()
 		a.s.circuit.ReleaseProbe(a.probe) // nothing was sent
@@ -136,7 +136,7 @@ func (a *attempt) send(now time.Time) outcome {
 	if cancel == nil && c.cancelable() {
 		ctx, cancel = context.WithCancelCause(ctx)
 	}
-	r, sent := c.attemptRequest(ctx, a.n, a.delay, a.ep, a.body, a.getBody)
+	r, sent := a.request(ctx)
 	if a.ep != nil {
 		a.ep.retarget(r)
 	}
@@ -161,7 +161,7 @@ func (a *attempt) send(now time.Time) outcome {
 		}
 		slot.release(o)
 	}
-	c.attemptEnded(a.n, now, a.delay, resp, err, fired, a.ep, a.rec)
+	a.ended(now, resp, err, fired)
 	if hg := &c.cfg.Hedging; hg.Enabled && hg.DelayPercentile > 0 && !left && fired != ErrTotalTimeout {
 		c.h.latency.Record(time.Since(now)) // an attempt cut short by another's end says nothing of the latency
 	}
@@ -231,7 +231,7 @@ func (c *call) cancelable() bool {
 	return c.attemptLimit > 0 || !c.totalAt.IsZero() || c.repeatable
 }
 
-// attemptRequest returns the request of attempt n, sent after waiting
+// request returns the request of attempt a, sent after waiting
 // delay (to ep, if routed): a shallow copy of the caller's on ctx carrying
 // body, and the httpbody.Sent that tracks it, if any. For a handler with
 // observers (OnEvent or Logger), AttemptFromContext finds the attempt under
@@ -240,7 +240,8 @@ func (c *call) cancelable() bool {
 // would be the caller's request field for field, and no endpoint will
 // retarget it, it is the caller's request, unless an observer needs the
 // attempt's context.
-func (c *call) attemptRequest(ctx context.Context, n int, delay time.Duration, ep *endpoint, body io.ReadCloser, getBody func() (io.ReadCloser, error)) (*http.Request, *httpbody.Sent) {
+func (a *attempt) request(ctx context.Context) (*http.Request, *httpbody.Sent) {
+	c, n, delay, ep, body, getBody := a.c, a.n, a.delay, a.ep, a.body, a.getBody
 	stamped := c.cfg.Propagation.Enabled
 	var r *http.Request
 	if c.cfg.observed() {

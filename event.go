@@ -312,16 +312,17 @@ func (c *call) totalTimeout(cause error) error {
 	return c.errorf(ErrTotalTimeout, cause, "of %v", c.totalLimit)
 }
 
-// attemptEnded reports attempt n, begun at start after waiting delay, to
-// observers: its status, or its error, or the deadline that cut it short.
-// From an attempt's own goroutine, rec keeps the event (record).
-func (c *call) attemptEnded(n int, start time.Time, delay time.Duration, resp *http.Response, err, deadline error, ep *endpoint, rec *attemptEvents) {
+// ended reports attempt a, begun at start, to observers: its status, or
+// its error, or the deadline that cut it short. From a hedge's goroutine,
+// a.rec keeps the event (record).
+func (a *attempt) ended(start time.Time, resp *http.Response, err, deadline error) {
+	c := a.c
 	if !c.cfg.observed() {
 		return
 	}
-	e := Event{Kind: EventAttempt, Attempt: n, Delay: delay, Duration: time.Since(start), Err: err}
-	if ep != nil {
-		ep.label(&e)
+	e := Event{Kind: EventAttempt, Attempt: a.n, Delay: a.delay, Duration: time.Since(start), Err: err}
+	if a.ep != nil {
+		a.ep.label(&e)
 	}
 	switch {
 	case deadline != nil:
@@ -329,7 +330,7 @@ func (c *call) attemptEnded(n int, start time.Time, delay time.Duration, resp *h
 	case resp != nil:
 		e.StatusCode = resp.StatusCode
 	}
-	c.record(rec, e)
+	c.record(a.rec, e)
 }
 
 // record emits e, an event of the call, or keeps it in rec, when not nil,

@@ -34,7 +34,7 @@ func (m *memUpstream) RoundTrip(r *http.Request) (*http.Response, error) {
 // no-op OnEvent, or a Logger at Info (which drops the Debug records of
 // EventAttempt and EventCall), allocates as much as no observer at all,
 // while AttemptFromContext still describes each attempt. Hedged attempts
-// build their requests the same way (attemptRequest), but a hedging race's
+// build their requests the same way (attempt.request), but a hedging race's
 // goroutines allocate a varying amount from run to run, so no exact count
 // is asserted for them.
 func TestHooksCostNoAllocation(t *testing.T) {
