@@ -230,7 +230,7 @@ func (rep *fleetReport) markdown() string {
 		for _, k := range rep.p.kinds {
 			p(" %s: trigger %% / after %% / recovery |", k.name)
 		}
-		p(" library: opened (of N) | budget | shed (calls) | attempt timeouts | retries | attempts/call | in flight / held | wasted %% |\n")
+		p(" resilience: circuits opened (Handlers, of N) | budget refusals | shed (calls ErrOverloaded) | attempt timeouts | retries sent | attempts/call | in flight / held | wasted %% |\n")
 		p("|---|---:|%s---:|---:|---:|---:|---:|---:|---:|---:|\n", strings.Repeat("---|", len(rep.p.kinds)))
 		for _, tr := range rep.p.triggers {
 			for _, n := range rep.p.ns {
