@@ -180,6 +180,7 @@ type ovlUpstream struct {
 	lastChange time.Duration // of the queue length, for queueArea
 	win        []ovlUpWindow
 	peakQueue  int
+	peakHeld   int // most requests held at once, queued or in service
 	served200  int // 200s written in full
 	totals     ovlUpWindow
 }
@@ -307,6 +308,9 @@ func (u *ovlUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.queueChanged(now)
 	u.queue = append(u.queue, wt)
 	u.peakQueue = max(u.peakQueue, u.queueLen())
+	// held only grows here: dispatch moves requests from the queue into
+	// service, and completions and drops only lower it
+	u.peakHeld = max(u.peakHeld, u.queueLen()+u.inService)
 	u.dispatch(now)
 	u.mu.Unlock()
 
@@ -370,6 +374,7 @@ type ovlUpRecord struct {
 	win       []ovlUpWindow
 	totals    ovlUpWindow // over the whole run, not only [0, span)
 	peakQueue int
+	peakHeld  int // most requests queued or in service at once
 	served200 int
 	unserved  int // still queued or in service at Close
 }
@@ -381,6 +386,7 @@ func (u *ovlUpstream) record() ovlUpRecord {
 		win:       append([]ovlUpWindow(nil), u.win...),
 		totals:    u.totals,
 		peakQueue: u.peakQueue,
+		peakHeld:  u.peakHeld,
 		served200: u.served200,
 		unserved:  u.totals.arrivals - u.totals.completions - u.totals.dropped,
 	}
