@@ -387,10 +387,14 @@ const (
 )
 
 // overloadOutcome is what an attempt that ended with resp and err (fired: the
-// deadline that cut it, if any) tells the overload limiter.
-func (c *call) overloadOutcome(resp *http.Response, err, fired error) overloadOutcome {
+// deadline that cut it, if any; held: it outlived its limit, queued behind
+// others) tells the overload limiter. One held until the call ended timed
+// out as surely as one cut at its limit.
+func (c *call) overloadOutcome(resp *http.Response, err, fired error, held bool) overloadOutcome {
 	switch {
 	case fired == ErrAttemptTimeout:
+		return overloadTimeout
+	case held && err != nil:
 		return overloadTimeout
 	case fired != nil || c.callerLeft() != nil:
 		return overloadDropped

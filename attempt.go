@@ -144,7 +144,17 @@ func (a *attempt) send(now time.Time) outcome {
 	sentAt := c.sendingAttempt(a.n)
 	resp, err := c.base.RoundTrip(r)
 	c.attemptAnswered(sentAt, resp)
-	fired := a.dl.answered() // the deadline that cut it, if one did
+	fired, held := a.dl.answered() // the deadline that cut it, if one did
+	if err == nil && fired == nil {
+		c.h.answered(now.Sub(c.h.epoch))
+	}
+	if held {
+		e := Event{Kind: EventAttemptHeld, Attempt: a.n, Duration: time.Since(now)}
+		if a.ep != nil {
+			a.ep.label(&e)
+		}
+		c.record(a.rec, e)
+	}
 	if fired == nil && err != nil && context.Cause(ctx) == ErrTotalTimeout {
 		fired = ErrTotalTimeout // a hedge: the race's context reached the total deadline
 	}
@@ -155,7 +165,7 @@ func (a *attempt) send(now time.Time) outcome {
 	}
 	left := err != nil && fired == nil && (context.Cause(ctx) != nil || c.callerLeft() != nil)
 	if slot.l != nil {
-		o := c.overloadOutcome(resp, err, fired)
+		o := c.overloadOutcome(resp, err, fired, held)
 		if left || (o == overloadLoss && requestFault(sent, err) != nil) {
 			o = overloadDropped
 		}
@@ -171,8 +181,15 @@ func (a *attempt) send(now time.Time) outcome {
 		if resp != nil {
 			resp.Body.Close()
 		}
+		if held {
+			// It outlived its own limit before the call's: the upstream
+			// failed it as surely as one cut at that limit, and the
+			// breaker and the budget count it so.
+			a.judge(nil, ErrAttemptTimeout)
+		} else {
+			a.s.abandonProbe(a.probe, ErrTotalTimeout)
+		}
 		a.settle()
-		a.s.abandonProbe(a.probe, ErrTotalTimeout)
 		return outcome{err: err, kind: outcomeTotal, sent: true}
 	case fired == ErrAttemptTimeout:
 		if resp != nil {

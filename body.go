@@ -24,15 +24,15 @@ var errDrainTimeout = errors.New("resilience: drain timeout")
 func (c *call) discard(resp *http.Response) *http.Response {
 	c.mu.Lock()
 	now := time.Now()
-	at, cause := now.Add(httpbody.MaxDrainTime), errDrainTimeout
+	at, why := now.Add(httpbody.MaxDrainTime), drainCause
 	if !c.totalAt.IsZero() && c.totalAt.Before(at) {
-		at, cause = c.totalAt, ErrTotalTimeout
+		at, why = c.totalAt, totalCause
 	}
-	c.armLocked(at, cause, now)
+	c.armLocked(at, why, now)
 	c.mu.Unlock()
 	kept := httpbody.DrainKeeping(resp)
 	c.mu.Lock()
-	c.armLocked(time.Time{}, nil, now)
+	c.armLocked(time.Time{}, noCause, now)
 	cancel := c.cancel
 	c.cancel = nil
 	c.mu.Unlock()
@@ -74,7 +74,7 @@ func (c *call) deliver(resp *http.Response) {
 		}
 		c.mu.Lock()
 		c.delivered = true
-		late := c.fired == ErrTotalTimeout
+		late := c.fired == totalCause
 		c.mu.Unlock()
 		if late { // the total timeout fired between the headers and now
 			c.expire()
@@ -147,7 +147,7 @@ func (c deliveredBody) bodyError(err error) error {
 	c.mu.Lock()
 	fired := c.fired
 	c.mu.Unlock()
-	if fired != ErrTotalTimeout {
+	if fired != totalCause {
 		return err
 	}
 	if first := !c.reported.Swap(true); first {

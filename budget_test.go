@@ -274,9 +274,10 @@ func TestRetryBudgetBoundsSlowFailingRetries(t *testing.T) {
 	defer srv.Close()
 	defer close(stop)
 	h, err := NewHandler(Options{
-		AttemptTimeout: 50 * time.Millisecond,
-		Retry:          RetryOptions{Delay: time.Millisecond},
-		CircuitBreaker: CircuitBreakerOptions{Disabled: true},
+		AttemptTimeout:       50 * time.Millisecond,
+		StrictAttemptTimeout: true, // cut at its limit though nothing overtook it
+		Retry:                RetryOptions{Delay: time.Millisecond},
+		CircuitBreaker:       CircuitBreakerOptions{Disabled: true},
 		// the budget alone: the overload limiter queues first attempts
 		// over its initial limit (20) and sheds retries after timeouts
 		Overload: OverloadOptions{Disabled: true},

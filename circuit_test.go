@@ -374,6 +374,7 @@ func TestCircuitAttemptTimeoutsCount(t *testing.T) {
 	rec := &evRecorder{}
 	opts := cbOptions(rec, cbLongBreak)
 	opts.AttemptTimeout = 20 * time.Millisecond
+	opts.StrictAttemptTimeout = true // each call alone: nothing overtakes its attempt
 	h, err := NewHandler(opts)
 	require.NoError(t, err)
 	tr := h.Transport(&http.Transport{})

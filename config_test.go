@@ -230,7 +230,7 @@ func TestLoadConfigWrittenZero(t *testing.T) {
 		"fallback": true, "header": true, "onTransient": true, "shareCredentialed": true,
 		"routing": true, "endpoints": true, "propagation": true, "headers": true,
 		"disabled": true, "enabled": true, "wait": true, "hedge": true, "idempotency": true, "backoff": true, "noJitter": true, "methods": true, "excludeMethods": true, "ignoreRetryAfter": true,
-		"ignoreServerQuota": true, "pauseOn429": true,
+		"ignoreServerQuota": true, "pauseOn429": true, "strictAttemptTimeout": true,
 	}
 	var numeric []string
 	for prefix, keys := range map[string][]string{

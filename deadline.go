@@ -27,11 +27,37 @@ type deadlines struct {
 	mu         sync.Mutex
 	timer      *timerSlot
 	armedAt    time.Time
-	armedCause error                   // what the timer cancels with; nil when disarmed
 	cancel     context.CancelCauseFunc // the current attempt's
-	fired      error                   // the cause the timer cancelled the current attempt with
+	sent       time.Duration           // when the current attempt was sent, since the handler's epoch
+	armedCause cause                   // what the timer cancels with; none when disarmed
+	fired      cause                   // what the timer cancelled the current attempt with
 	inBody     bool                    // the current attempt's headers arrived in time
 	delivered  bool                    // the caller holds the body: the total timeout ends the call
+	held       bool                    // the current attempt outlived its limit, queued behind others (fire)
+}
+
+// A cause is the deadline the timer cancels an attempt for: a byte rather
+// than its error, which keeps a call in its allocation size class.
+type cause uint8
+
+const (
+	noCause      cause = iota
+	attemptCause       // ErrAttemptTimeout
+	totalCause         // ErrTotalTimeout
+	drainCause         // errDrainTimeout
+)
+
+// err is the error the attempt's context is cancelled with; nil for none.
+func (c cause) err() error {
+	switch c {
+	case attemptCause:
+		return ErrAttemptTimeout
+	case totalCause:
+		return ErrTotalTimeout
+	case drainCause:
+		return errDrainTimeout
+	}
+	return nil
 }
 
 // A timerSlot is a reusable timer whose function is bound once, to the slot;
@@ -128,20 +154,21 @@ func (s *timerSlot) arm(d *deadlines, at, now time.Time) {
 	s.mu.Unlock()
 }
 
-// start makes cancel the current attempt's and arms the timer for the
-// earlier of the attempt deadline (limit from now; 0 for none) and the
-// total deadline.
+// start makes cancel the current attempt's, an attempt sent at now, and
+// arms the timer for the earlier of the attempt deadline (limit from now;
+// 0 for none) and the total deadline.
 func (d *deadlines) start(cancel context.CancelCauseFunc, limit time.Duration, now time.Time) {
-	at, cause := d.totalAt, ErrTotalTimeout
+	at, why := d.totalAt, totalCause
 	if limit > 0 {
 		if a := now.Add(limit); at.IsZero() || a.Before(at) {
-			at, cause = a, ErrAttemptTimeout
+			at, why = a, attemptCause
 		}
 	}
 	d.mu.Lock()
 	prev := d.cancel
-	d.cancel, d.fired, d.inBody = cancel, nil, false
-	d.armLocked(at, cause, now)
+	d.cancel, d.fired, d.inBody = cancel, noCause, false
+	d.sent, d.held = now.Sub(d.owner.h.epoch), false
+	d.armLocked(at, why, now)
 	d.mu.Unlock()
 	if prev != nil {
 		prev(nil) // the previous attempt failed without a body to drain
@@ -150,25 +177,26 @@ func (d *deadlines) start(cancel context.CancelCauseFunc, limit time.Duration, n
 
 // answered is called when an attempt's RoundTrip returns. It reports the
 // deadline that cut the attempt short, if one did; otherwise the attempt
-// deadline no longer applies.
-func (d *deadlines) answered() error {
+// deadline no longer applies. held says that the attempt outlived its
+// limit, queued behind others (fire).
+func (d *deadlines) answered() (fired error, held bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.fired == nil {
+	if d.fired == noCause {
 		d.inBody = true
 	}
-	return d.fired
+	return d.fired.err(), d.held
 }
 
 // armLocked sets the timer to cancel the current attempt with cause at t; a
 // zero t disarms it (a firing still pending then finds nothing to do).
 // d.mu must be held.
-func (d *deadlines) armLocked(t time.Time, cause error, now time.Time) {
+func (d *deadlines) armLocked(t time.Time, why cause, now time.Time) {
 	if t.IsZero() {
-		d.armedCause = nil
+		d.armedCause = noCause
 		return
 	}
-	d.armedAt, d.armedCause = t, cause
+	d.armedAt, d.armedCause = t, why
 	if d.timer == nil {
 		d.timer = d.owner.h.timers.lend()
 	}
@@ -183,17 +211,24 @@ func (d *deadlines) releaseTimerLocked() {
 		d.owner.h.timers.recycle(d.timer)
 		d.timer = nil
 	}
-	d.armedCause = nil
+	d.armedCause = noCause
 }
+
+// overtakeMargin sets how much later than an attempt another must have been
+// sent, as a fraction of the attempt limit, for its answer to show that the
+// first is stuck rather than queued (a later request with a shorter service
+// time overtakes an earlier one in any queue); an attempt held past its
+// limit is looked at again each such fraction.
+const overtakeMargin = 4
 
 // fire cancels the current attempt if its deadline has passed, and reports
 // whether the total deadline has passed while the caller holds the body:
 // the owner's call then ends (expire).
 func (d *deadlines) fire() (expire bool) {
 	d.mu.Lock()
-	cause, cancel := d.armedCause, d.cancel
+	why, cancel := d.armedCause, d.cancel
 	now := time.Now()
-	if cause == nil || cancel == nil {
+	if why == noCause || cancel == nil {
 		d.mu.Unlock() // disarmed
 		return false
 	}
@@ -203,16 +238,33 @@ func (d *deadlines) fire() (expire bool) {
 		d.mu.Unlock()
 		return false
 	}
-	if cause == ErrAttemptTimeout && d.inBody {
+	if why == attemptCause && d.inBody {
 		// The headers came in time; from here on only the total deadline counts.
-		d.armLocked(d.totalAt, ErrTotalTimeout, now)
+		d.armLocked(d.totalAt, totalCause, now)
 		d.mu.Unlock()
 		return false
 	}
-	d.fired, d.armedCause = cause, nil
-	expire = cause == ErrTotalTimeout && d.delivered
+	if why == attemptCause && !d.owner.strictAttempts() {
+		step := d.owner.attemptLimit / overtakeMargin
+		if !d.owner.h.overtaken(d.sent + step) {
+			// The upstream has answered nothing sent since this attempt:
+			// it is queued behind the others, not stuck, and cut short it
+			// would still be served, to nobody. It waits, and is looked at
+			// again a step later.
+			d.held = true
+			at := now.Add(step)
+			if !d.totalAt.IsZero() && !at.Before(d.totalAt) {
+				at, why = d.totalAt, totalCause
+			}
+			d.armLocked(at, why, now)
+			d.mu.Unlock()
+			return false
+		}
+	}
+	d.fired, d.armedCause = why, noCause
+	expire = why == totalCause && d.delivered
 	d.mu.Unlock()
-	cancel(cause)
+	cancel(why.err())
 	return expire
 }
 
@@ -242,4 +294,11 @@ func (c *call) deadline() time.Time {
 		deadline = d
 	}
 	return deadline
+}
+
+// strictAttempts reports whether c's attempts are cut at their limit
+// whether or not another overtook them: the handler says so, or the call
+// asked for its own attempt timeout (WithAttemptTimeout).
+func (c *call) strictAttempts() bool {
+	return c.cfg.StrictAttemptTimeout || (c.over != nil && c.over.hasAttempt)
 }

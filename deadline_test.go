@@ -23,7 +23,7 @@ func TestTimerSlotHandedOnRunning(t *testing.T) {
 		case <-time.After(5 * time.Second):
 		}
 	})
-	h, err := NewHandler(Options{Retry: RetryOptions{Disabled: true}})
+	h, err := NewHandler(Options{Retry: RetryOptions{Disabled: true}, StrictAttemptTimeout: true})
 	require.NoError(t, err)
 	client := &http.Client{Transport: h.Transport(&http.Transport{})}
 	get := func(path string, attempt time.Duration) (time.Duration, error) {

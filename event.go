@@ -39,6 +39,7 @@ const (
 	EventBudgetExhausted                          // the retry budget began refusing (Err: why)
 	EventBudgetRecovered                          // half its tokens are unclaimed again
 	EventPushback                                 // the upstream said not to retry (PropagationOptions)
+	EventAttemptHeld                              // an attempt waited past AttemptTimeout, nothing having overtaken it
 )
 
 var eventKindNames = [...]string{
@@ -64,6 +65,7 @@ var eventKindNames = [...]string{
 	EventBudgetExhausted:     "budget_exhausted",
 	EventBudgetRecovered:     "budget_recovered",
 	EventPushback:            "pushback",
+	EventAttemptHeld:         "attempt_held",
 }
 
 func (k EventKind) String() string {
@@ -133,7 +135,7 @@ func (k EventKind) defaultLevel() slog.Level {
 	switch k {
 	case EventRetry, EventBudgetExceeded, EventFallback, EventSharedRateFallback, EventOverloaded, EventBudgetExhausted, EventPushback:
 		return slog.LevelWarn
-	case EventCircuitClosed, EventCircuitHalfOpened, EventHedge, EventHedgeCapped, EventSharedRateRecovered, EventOverloadEnded, EventBudgetRecovered:
+	case EventCircuitClosed, EventCircuitHalfOpened, EventHedge, EventHedgeCapped, EventSharedRateRecovered, EventOverloadEnded, EventBudgetRecovered, EventAttemptHeld:
 		return slog.LevelInfo
 	case EventAttempt, EventCall, EventOverloadShed:
 		return slog.LevelDebug
@@ -350,10 +352,10 @@ func (c *call) record(rec *attemptEvents, e Event) {
 // events and writes its Report. A hedge the race never receives, one still
 // running when the call returned, is reported by the race itself as it
 // returns (settle), and its own events are dropped. A hedge has at most
-// two: EventOverloadShed alone, or EventAttempt and then
-// EventAttemptTimeout or EventPushback.
+// three: EventOverloadShed alone, or EventAttemptHeld if it waited past its
+// limit, EventAttempt, and then EventAttemptTimeout or EventPushback.
 type attemptEvents struct {
-	e [2]Event
+	e [3]Event
 	n int
 }
 

@@ -193,11 +193,12 @@ func TestEventAttemptTimeoutCarriesError(t *testing.T) {
 	defer close(release)
 	rec := &evRecorder{}
 	tr, err := NewTransport(&http.Transport{}, Options{
-		Name:           "slow",
-		AttemptTimeout: 20 * time.Millisecond,
-		Retry:          RetryOptions{Delay: time.Millisecond, NoJitter: true},
-		CircuitBreaker: CircuitBreakerOptions{Disabled: true},
-		OnEvent:        rec.add,
+		Name:                 "slow",
+		AttemptTimeout:       20 * time.Millisecond,
+		StrictAttemptTimeout: true, // cut at its limit though nothing overtook it
+		Retry:                RetryOptions{Delay: time.Millisecond, NoJitter: true},
+		CircuitBreaker:       CircuitBreakerOptions{Disabled: true},
+		OnEvent:              rec.add,
 	})
 	require.NoError(t, err)
 	defer tr.CloseIdleConnections()
@@ -407,14 +408,14 @@ func TestEventsLogLevelsOverride(t *testing.T) {
 }
 
 func TestEventKindText(t *testing.T) {
-	for k := EventRetry; k <= EventPushback; k++ {
+	for k := EventRetry; k <= EventAttemptHeld; k++ {
 		b, err := k.MarshalText()
 		require.NoError(t, err)
 		var back EventKind
 		require.NoError(t, back.UnmarshalText(b))
 		assert.Equal(t, k, back)
 	}
-	assert.Equal(t, "unknown", (EventPushback + 1).String(), "the last kind is the last named")
+	assert.Equal(t, "unknown", (EventAttemptHeld + 1).String(), "the last kind is the last named")
 	var k EventKind
 	assert.Error(t, k.UnmarshalText([]byte("retries")))
 	_, err := EventKind(0).MarshalText()

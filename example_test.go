@@ -520,9 +520,10 @@ func ExampleOutcome() {
 	defer upstream.Close()
 
 	t, err := resilience.NewTransport(nil, resilience.Options{
-		AttemptTimeout: 50 * time.Millisecond,
-		Retry:          resilience.RetryOptions{Disabled: true},
-		RateLimit:      resilience.RateLimitOptions{RequestsPerSecond: 0.01, Burst: 1}, // one call, then one per 100s
+		AttemptTimeout:       50 * time.Millisecond,
+		StrictAttemptTimeout: true, // cut at its limit though nothing overtook it
+		Retry:                resilience.RetryOptions{Disabled: true},
+		RateLimit:            resilience.RateLimitOptions{RequestsPerSecond: 0.01, Burst: 1}, // one call, then one per 100s
 	})
 	if err != nil {
 		panic(err)

@@ -170,7 +170,7 @@ func TestFailoverKeepsBackoff(t *testing.T) {
 		target string
 	}{
 		{"after a 503", Options{Retry: quick, Endpoints: endpointsOf(busy, healthy)}, ""},
-		{"after an attempt timeout", Options{Retry: quick, AttemptTimeout: 20 * time.Millisecond, Endpoints: endpointsOf(slow, healthy)}, ""},
+		{"after an attempt timeout", Options{Retry: quick, AttemptTimeout: 20 * time.Millisecond, StrictAttemptTimeout: true, Endpoints: endpointsOf(slow, healthy)}, ""},
 		{"refused, without Endpoints", Options{Retry: quick}, refusingURL(t)},
 	} {
 		t.Run(c.name, func(t *testing.T) {

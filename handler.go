@@ -24,6 +24,14 @@ type Handler struct {
 	budget   *budget.Budget // kept while RetryBudget.Disabled, so that Update can turn it on and off
 	timers   timerSlots     // reused from call to call (deadline.go)
 	isolated atomic.Bool
+	epoch    time.Time // when it was made: attempts' send times are read against it
+
+	// answeredSent is when the latest attempt to be answered was sent, in
+	// nanoseconds since epoch (answered, overtaken). It is the handler's,
+	// not a host's or an endpoint's: a handler serves one upstream, and an
+	// endpoint that answers nothing while its siblings answer later
+	// attempts is stuck.
+	answeredSent atomic.Int64
 
 	fbStore *lruStore        // the built-in fallback store, bounded by the current Fallback.MaxBytes
 	fbNow   func() time.Time // the fallback layer's clock, time.Now (tests set another)
@@ -43,6 +51,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	}
 	h := &Handler{}
 	epoch := time.Now() // one clock for both windows
+	h.epoch = epoch
 	h.latency.Start(epoch)
 	h.load.Start(epoch)
 	h.cfg.Store(cfg)
@@ -175,4 +184,20 @@ func (h *Handler) stateFor(req *http.Request) *hostState {
 		return h.shared
 	}
 	return h.hosts.get(req.URL)
+}
+
+// answered notes that an attempt sent at sent (since epoch) got its
+// response headers. Two attempts answered at once may leave the earlier
+// send time: overtaken learns of the later one from the next answer.
+func (h *Handler) answered(sent time.Duration) {
+	if int64(sent) > h.answeredSent.Load() {
+		h.answeredSent.Store(int64(sent))
+	}
+}
+
+// overtaken reports whether the upstream has answered an attempt sent at
+// or after at (since epoch): one still waiting that was sent before at is
+// not queued behind that one, but stuck.
+func (h *Handler) overtaken(at time.Duration) bool {
+	return h.answeredSent.Load() >= int64(at)
 }

@@ -89,7 +89,7 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 	ctx, cancel := context.WithCancelCause(c.req.Context())
 	c.mu.Lock()
 	c.cancel, c.inBody = cancel, true // the timer only ever enforces the total deadline here
-	c.armLocked(c.totalAt, ErrTotalTimeout, now)
+	c.armLocked(c.totalAt, totalCause, now)
 	c.mu.Unlock()
 
 	c.repeatable = (c.keyed && cfg.Idempotency.Hedge) || cfg.methods.repeatable(c.req, c.over)

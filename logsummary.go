@@ -32,7 +32,7 @@ const logSummaryInterval = 10 * time.Second
 func (k EventKind) summarised() bool {
 	switch k {
 	case EventRetry, EventAttemptTimeout, EventTotalTimeout, EventCircuitRejected, EventRateLimited,
-		EventBudgetExceeded, EventOverloadShed, EventHedge, EventHedgeCapped, EventFallback, EventPushback:
+		EventBudgetExceeded, EventOverloadShed, EventHedge, EventHedgeCapped, EventFallback, EventPushback, EventAttemptHeld:
 		return true
 	}
 	return false

@@ -39,10 +39,20 @@ type Options struct {
 	CircuitBreaker CircuitBreakerOptions // the circuit breaker, on by default
 
 	// AttemptTimeout bounds each attempt until its response headers arrive,
-	// at most TotalTimeout. Default 10s, or an explicit TotalTimeout or half
-	// an explicit CircuitBreaker.SamplingDuration if shorter; negative turns
-	// it off.
+	// at most TotalTimeout. An attempt that reaches it is cut short, to be
+	// retried, once the upstream has answered one sent a quarter of it
+	// later: it is stuck (a lost connection, a hung request). One that
+	// nothing has overtaken is queued behind the others and waits on, up to
+	// TotalTimeout: cut short, it would still be served, to nobody, and its
+	// retry would queue again (docs/overload.md). Default 10s, or an
+	// explicit TotalTimeout or half an explicit
+	// CircuitBreaker.SamplingDuration if shorter; negative turns it off.
 	AttemptTimeout time.Duration
+
+	// StrictAttemptTimeout cuts every attempt short at AttemptTimeout,
+	// whether or not others overtook it, as Polly's timeout does; default
+	// false.
+	StrictAttemptTimeout bool
 
 	PerHost     PerHostOptions     // per-host isolation, off by default
 	Propagation PropagationOptions // the budget sent with each attempt, off by default
@@ -210,6 +220,7 @@ var optionFields = fieldSet[Options]{
 		keepZero),
 	"attemptTimeout": durationField(func(o *Options) *time.Duration { return &o.AttemptTimeout },
 		keepZero),
+	"strictAttemptTimeout": boolField(func(o *Options) *bool { return &o.StrictAttemptTimeout }),
 	"maxBufferedBody": intField(func(o *Options) *int64 { return &o.MaxBufferedBody },
 		keepZero),
 	"rateLimit":      objectField(rateLimitFields, func(o *Options) *RateLimitOptions { return &o.RateLimit }),

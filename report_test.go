@@ -332,7 +332,7 @@ func TestReportOutcome(t *testing.T) {
 			upstream: status(http.StatusOK), want: OutcomeSuccess, status: http.StatusOK},
 		{name: "hedging: every attempt failed", opts: Options{Hedging: HedgingOptions{Enabled: true, MaxHedges: 1, Delay: time.Hour}},
 			upstream: status(http.StatusBadGateway), want: OutcomeFailureStatus, status: http.StatusBadGateway},
-		{name: "attempt timeout", opts: Options{AttemptTimeout: 20 * time.Millisecond, Retry: noRetry},
+		{name: "attempt timeout", opts: Options{AttemptTimeout: 20 * time.Millisecond, StrictAttemptTimeout: true, Retry: noRetry},
 			upstream: hang, want: OutcomeAttemptTimeout},
 		{name: "total timeout", opts: Options{TotalTimeout: 50 * time.Millisecond, AttemptTimeout: -1},
 			upstream: hang, want: OutcomeTotalTimeout},

@@ -332,3 +332,120 @@ func (p *blackholeProxy) close() {
 	p.mu.Unlock()
 	p.wg.Wait()
 }
+
+// Issue 31: an attempt that reaches AttemptTimeout while nothing sent
+// after it has been answered is queued behind others, not stuck. Cut
+// short, the upstream would still serve it, to nobody, and its retry would
+// queue again: it waits on, up to TotalTimeout, and says so
+// (EventAttemptHeld). StrictAttemptTimeout cuts it as before.
+func TestAttemptQueuedBehindOthersWaitsOn(t *testing.T) {
+	for _, strict := range []bool{false, true} {
+		name := map[bool]string{false: "default", true: "strict"}[strict]
+		t.Run(name, func(t *testing.T) {
+			release := make(chan struct{})
+			arrived := make(chan struct{}, 4)
+			var hits atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hits.Add(1)
+				arrived <- struct{}{}
+				select { // a queue: the answer comes once the test lets it
+				case <-release:
+				case <-r.Context().Done():
+					return
+				}
+				_, _ = io.WriteString(w, "ok")
+			}))
+			defer srv.Close()
+			rec := &evRecorder{}
+			tr, err := NewTransport(&http.Transport{}, Options{
+				AttemptTimeout:       20 * time.Millisecond,
+				StrictAttemptTimeout: strict,
+				TotalTimeout:         5 * time.Second,
+				Retry:                RetryOptions{Delay: time.Millisecond, MaxRetries: 1},
+				OnEvent:              rec.add,
+			})
+			require.NoError(t, err)
+			defer tr.CloseIdleConnections()
+			if strict {
+				defer close(release) // never answered while the call waits
+			} else {
+				go func() {
+					<-arrived
+					time.Sleep(100 * time.Millisecond) // five attempt timeouts: the timer has fired
+					close(release)
+				}()
+			}
+			resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
+			if strict {
+				// Cut at 20 ms and retried; the retry queues as well and
+				// is cut too, and the call ends on the timeout.
+				require.ErrorIs(t, err, ErrAttemptTimeout)
+				assert.Equal(t, 2, rec.count(EventAttemptTimeout))
+				assert.Zero(t, rec.count(EventAttemptHeld))
+				return
+			}
+			require.NoError(t, err)
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			assert.Equal(t, "ok", string(body))
+			assert.Equal(t, int64(1), hits.Load(), "one attempt, served to its caller")
+			assert.Zero(t, rec.count(EventAttemptTimeout))
+			held := rec.of(EventAttemptHeld)
+			require.Len(t, held, 1)
+			assert.Equal(t, 1, held[0].Attempt)
+			assert.GreaterOrEqual(t, held[0].Duration, 20*time.Millisecond)
+		})
+	}
+}
+
+// An attempt still waiting at AttemptTimeout after the upstream has
+// answered one sent later is stuck: it is cut short and retried, as a
+// lone attempt always was.
+func TestAttemptOvertakenIsCut(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	stop := make(chan struct{})
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stuck" && hits.Add(1) == 1 {
+			arrived <- struct{}{}
+			select { // the first attempt hangs
+			case <-r.Context().Done():
+			case <-stop:
+			}
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	defer close(stop)
+	rec := &evRecorder{}
+	tr, err := NewTransport(&http.Transport{}, Options{
+		AttemptTimeout: 40 * time.Millisecond,
+		TotalTimeout:   5 * time.Second,
+		Retry:          RetryOptions{Delay: time.Millisecond},
+		OnEvent:        rec.add,
+	})
+	require.NoError(t, err)
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+
+	done := make(chan error, 1)
+	go func() {
+		resp, err := client.Get(srv.URL + "/stuck")
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	<-arrived
+	time.Sleep(20 * time.Millisecond) // more than a quarter of the limit after the stuck one was sent
+	resp, err := client.Get(srv.URL + "/other")
+	require.NoError(t, err)
+	resp.Body.Close()
+
+	require.NoError(t, <-done, "cut, then retried")
+	assert.Equal(t, int64(2), hits.Load())
+	timeouts := rec.of(EventAttemptTimeout)
+	require.Len(t, timeouts, 1)
+	assert.Equal(t, 1, timeouts[0].Attempt)
+}

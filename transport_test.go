@@ -316,7 +316,7 @@ func TestTransportMethodRule(t *testing.T) {
 func TestTransportPostAttemptTimeoutNotRetried(t *testing.T) {
 	t.Parallel()
 	u := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { u2hang(w, r) })
-	c := newTestClient(t, Options{AttemptTimeout: 30 * time.Millisecond, Retry: quickRetry()})
+	c := newTestClient(t, Options{AttemptTimeout: 30 * time.Millisecond, StrictAttemptTimeout: true, Retry: quickRetry()})
 	req := newTestRequest(t, context.Background(), http.MethodPost, u.URL(), strings.NewReader("charge"))
 	resp, err := c.Do(req)
 	require.Error(t, err)
@@ -811,7 +811,7 @@ func TestTransportAttemptTimeoutRetriedThenFails(t *testing.T) {
 	u := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { u2hang(w, r) })
 	retry := quickRetry()
 	retry.MaxRetries = 2
-	c := newTestClient(t, Options{Name: "slow", AttemptTimeout: 30 * time.Millisecond, TotalTimeout: 10 * time.Second, Retry: retry})
+	c := newTestClient(t, Options{Name: "slow", AttemptTimeout: 30 * time.Millisecond, StrictAttemptTimeout: true, TotalTimeout: 10 * time.Second, Retry: retry})
 	resp, err := c.getBounded(t, u.URL())
 	require.Error(t, err)
 	assert.Nil(t, resp)

@@ -229,9 +229,10 @@ func TestAttemptTimeout(t *testing.T) {
 	}))
 	t.Cleanup(hang.Close)
 	_, c := r.newHandler(t, resilience.Options{
-		Name:           "slow",
-		AttemptTimeout: 20 * time.Millisecond,
-		Retry:          resilience.RetryOptions{Disabled: true},
+		Name:                 "slow",
+		AttemptTimeout:       20 * time.Millisecond,
+		StrictAttemptTimeout: true, // one call alone: nothing overtakes it
+		Retry:                resilience.RetryOptions{Disabled: true},
 	})
 
 	_, err := get(t, c, hang.URL)

@@ -370,6 +370,9 @@ func (m *Metrics) trace(e *resilience.Event, k setKey) {
 		parent.AddEvent("resilience.hedge_capped", trace.WithAttributes(base[:]...))
 	case resilience.EventPushback:
 		parent.AddEvent("resilience.pushback", trace.WithAttributes(appendResult(base[:], k)...))
+	case resilience.EventAttemptHeld:
+		parent.AddEvent("resilience.attempt_held", trace.WithAttributes(append(base[:],
+			keyDelay.Float64(e.Duration.Seconds()))...))
 	case resilience.EventCall:
 		kv := append(base[:], keyOutcome.String(outcome(k, true)))
 		parent.AddEvent("resilience.call", trace.WithAttributes(appendResult(kv, k)...))

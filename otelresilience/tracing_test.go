@@ -404,9 +404,10 @@ func TestTracingAttemptTimeoutSpan(t *testing.T) {
 	r := newTracing(t)
 	up := newTracedUpstream(t, r.tp, 0) // hangs
 	h, err := resilience.NewHandler(r.m.Instrument(resilience.Options{
-		Name:           "ledger",
-		AttemptTimeout: 50 * time.Millisecond,
-		Retry:          resilience.RetryOptions{Disabled: true},
+		Name:                 "ledger",
+		AttemptTimeout:       50 * time.Millisecond,
+		StrictAttemptTimeout: true, // one call alone: nothing overtakes it
+		Retry:                resilience.RetryOptions{Disabled: true},
 	}))
 	require.NoError(t, err)
 	tr := h.Transport(r.m.AttemptTransport(&http.Transport{}))
