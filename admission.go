@@ -339,7 +339,8 @@ func (e *OverloadError) Is(target error) bool { return target == ErrOverloaded }
 // takeSlot takes a slot of the overload limiter of a's host for a, if the
 // limiter is on: at now, unless it waits for one. A first attempt, or a
 // retry while the limiter is not shedding, waits for one (a.queue), at
-// most MaxQueueWait and never past the call's deadline; a hedge only
+// most MaxQueueWait and never past the call's deadline less the recent
+// time to headers (overloadLimiter.acquire); a hedge only
 // tries. A refusal is reported (EventOverloadShed, to a.rec: record) and
 // returned: an *OverloadError, or the attempt context's error if the
 // caller left while waiting.

@@ -366,3 +366,38 @@ func TestOverloadLimiterFollowsTheLatencyLimit(t *testing.T) {
 	assert.False(t, l.limitMoved.Load())
 	assert.Equal(t, max(l.latency.Limit(), 1), l.stats().Limit)
 }
+
+// Issue 31: a call waits for a slot as long as it could still be answered
+// in time: up to its deadline less the recent time to headers, not a fixed
+// MaxQueueWait that refuses calls a bare client would have had served. One
+// with less time left than that is refused at once: sent, it would be
+// served to nobody.
+func TestOverloadLimiterWaitsWhileTheCallCanStillBeAnswered(t *testing.T) {
+	opts := testOverloadOptions(1, 1)
+	opts.MaxQueueWait = time.Hour
+	l := newOverloadLimiter(opts, time.Now)
+	held, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	require.NoError(t, err)
+	l.mu.Lock()
+	l.srtt = 200 * time.Millisecond // the recent time to headers
+	l.mu.Unlock()
+
+	start := time.Now()
+	_, err = l.acquire(context.Background(), time.Hour, start.Add(150*time.Millisecond), 1, start)
+	require.ErrorIs(t, err, ErrOverloaded, "150 ms left, 200 ms to headers: refused")
+	var oe *OverloadError
+	require.ErrorAs(t, err, &oe)
+	assert.Zero(t, oe.Waited, "at once")
+
+	got := make(chan error, 1)
+	go func() {
+		s, err := l.acquire(context.Background(), time.Hour, time.Now().Add(10*time.Second), 1, time.Now())
+		if err == nil {
+			s.end(overloadDropped, 0)
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool { return l.stats().Queued == 1 }, 5*time.Second, time.Millisecond, "time enough: it waits")
+	held.end(overloadDropped, 0)
+	require.NoError(t, <-got, "and gets the slot")
+}

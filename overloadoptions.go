@@ -11,7 +11,7 @@ const (
 	defaultOverloadMaxLimit     = 1000
 	defaultOverloadInitialLimit = 20
 	defaultOverloadMaxQueue     = 1000
-	defaultOverloadMaxQueueWait = time.Second
+	defaultOverloadMaxQueueWait = 30 * time.Second
 )
 
 // OverloadOptions configures the overload limiter: an adaptive limit on the
@@ -24,7 +24,7 @@ type OverloadOptions struct {
 	MaxLimit     int           // most allowed, at most 1000000; default 1000, or more to fit MinLimit and InitialLimit
 	InitialLimit int           // where the limit starts; default 20, within MinLimit and MaxLimit
 	MaxQueue     int           // how many attempts may wait; default 1000
-	MaxQueueWait time.Duration // longest wait for a slot; default 1s
+	MaxQueueWait time.Duration // longest wait for a slot, never past the call's deadline less the recent time to headers; default 30s
 }
 
 var overloadFields = fieldSet[OverloadOptions]{
