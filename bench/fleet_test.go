@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -56,12 +57,20 @@ var (
 	fleetQuick = fleetTimeline{before: 2 * time.Second, trigger: 4 * time.Second, after: 4 * time.Second}
 )
 
+// fleetStall is how long the stall trigger stops every worker (issue 31:
+// "a 2 s total stall").
+const fleetStall = 2 * time.Second
+
 // fleetTriggers are the experiment's triggers on timeline tl: the overload
-// experiment's slowdown and capacity drop, at tl.before for tl.trigger.
+// experiment's slowdown and capacity drop, at tl.before for tl.trigger, and
+// its total stall, every worker stopped for fleetStall from tl.before (the
+// timeline's trigger span is then part stall, part after it; the stall's
+// figure is the overload experiment's: served in the ovlAfter after it).
 func fleetTriggers(tl fleetTimeline) []ovlTrigger {
 	return []ovlTrigger{
 		{name: "slow2.5x", at: tl.before, dur: tl.trigger, slow: 2.5},
 		{name: "capacity/2", at: tl.before, dur: tl.trigger, capacity: 0.5},
+		{name: "stall2s", at: tl.before, dur: fleetStall, stall: true},
 	}
 }
 
@@ -452,7 +461,7 @@ func fleetParamsFromEnv(tb testing.TB) fleetParams {
 		}
 		p.seeds = append(p.seeds, v)
 	}
-	names := fleetEnvList("FLEET_TRIGGERS", "slow2.5x,capacity/2")
+	names := fleetEnvList("FLEET_TRIGGERS", "slow2.5x,capacity/2,stall2s")
 	for _, tr := range fleetTriggers(p.tl) {
 		if slices.Contains(names, tr.name) {
 			p.triggers = append(p.triggers, tr)
@@ -484,8 +493,8 @@ func fleetParamsFromEnv(tb testing.TB) fleetParams {
 // kinds chosen (bare and the handler by default) at once, then one of each
 // kind that runs alone; it writes results/fleet.md (FLEET_OUT=name:
 // results/name.md). A run lasts about 22 s (fleetFull's 20 s of arrivals,
-// then the last calls' deadlines): 4 N × 2 triggers × 2 seeds is about 6
-// minutes. FLEET_N=10,200, FLEET_SEEDS=1,2,3, FLEET_TRIGGERS=slow2.5x,
+// then the last calls' deadlines): 4 N × 3 triggers × 2 seeds is about 9
+// minutes. FLEET_N=10,200, FLEET_SEEDS=1,2,3, FLEET_TRIGGERS=slow2.5x,stall2s,
 // FLEET_MODES=oblivious,aware and FLEET_KINDS=bare,retryablehttp,resilience
 // choose (go-retryablehttp doubles the time); FLEET_QUICK=1 shortens each
 // run to 10 s of arrivals (2 s, 4 s, 4 s).
@@ -541,8 +550,8 @@ func fleetGroups(kinds []fleetKind) [][]fleetKind {
 func fleetLog(r fleetRun) {
 	for _, s := range r.sides {
 		f := fleetSummarize(r, s)
-		fmt.Fprintf(os.Stderr, "fleet %-10s N=%-3d %-9s seed %d %-13s trigger %5.1f%%  after %5.1f%%  recovery %-6s  wasted %4.1f%%  in flight %4d / held %5d  att/call %4.2f  opened %d/%d  budget %d  shed %d  attTO %d  retries %d  cpu %.2f  lag p99 %v\n",
-			r.trigger, r.n, r.mode, r.seed, s.kind, f.trigPct, f.afterPct, fleetFmtRecovery(f.recovery), f.wastedPct, s.peakIn, s.up.peakHeld, f.perCall,
+		fmt.Fprintf(os.Stderr, "fleet %-10s N=%-3d %-9s seed %d %-13s trigger %5.1f%%  after4s %5.1f%%  after %5.1f%%  recovery %-6s  wasted %4.1f%%  in flight %4d / held %5d  att/call %4.2f  opened %d/%d  budget %d  shed %d  attTO %d  retries %d  cpu %.2f  lag p99 %v\n",
+			r.trigger, r.n, r.mode, r.seed, s.kind, f.trigPct, f.after4Pct, f.afterPct, fleetFmtRecovery(f.recovery), f.wastedPct, s.peakIn, s.up.peakHeld, f.perCall,
 			s.totals.handlersOpened, r.n, s.totals.budgetRefused, s.totals.shed, s.totals.attemptTimeouts, s.totals.retries, r.cpu, r.lagP99.Round(time.Millisecond))
 	}
 }
@@ -624,4 +633,36 @@ func TestFleetSmoke(t *testing.T) {
 			assert.LessOrEqual(t, f.wastedPct, 100.0)
 		})
 	}
+}
+
+// TestFleetStallSummary checks the stall's figure and target on made-up
+// calls: a 2 s stall from 4 s in which nothing ends, 100 calls per second,
+// and in the 4 s after it every other call served for one side and all for
+// the other.
+func TestFleetStallSummary(t *testing.T) {
+	tl := fleetTimeline{before: 4 * time.Second, trigger: 4 * time.Second, after: 4 * time.Second}
+	tr := fleetTriggers(tl)[2]
+	require.True(t, tr.stall)
+	r := fleetRun{tl: tl, cfg: fleetConfig(tr, false, tl)}
+	side := func(everyOther bool) fleetSide {
+		s := fleetSide{up: ovlUpRecord{win: make([]ovlUpWindow, int(r.cfg.span/ovlWindow))}}
+		for k := range 1200 { // 100 per second for 12 s, each 10 ms long
+			at := time.Duration(k) * 10 * time.Millisecond
+			ok := !(at >= tr.at && at < tr.at+tr.dur) && !(everyOther && k%2 == 1)
+			s.calls = append(s.calls, ovlCall{start: at, end: at + 10*time.Millisecond, ok: ok})
+			o := fleetOK
+			if !ok {
+				o = fleetTimeout
+			}
+			s.outcomes = append(s.outcomes, o)
+		}
+		return s
+	}
+	all, half := fleetSummarize(r, side(false)), fleetSummarize(r, side(true))
+	assert.True(t, math.IsNaN(all.trigPct), "a stall has no capacity to serve a share of")
+	assert.InDelta(t, 100, all.after4Pct, 0.5, "400 offered, 400 served in the 4 s after the stall")
+	assert.InDelta(t, 50, half.after4Pct, 0.5)
+	assert.True(t, fleetStallMet(all.after4Pct, all.after4Pct-fleetStallMargin))
+	assert.False(t, fleetStallMet(all.after4Pct, half.after4Pct))
+	assert.False(t, fleetStallMet(math.NaN(), all.after4Pct), "no figure, no verdict")
 }
