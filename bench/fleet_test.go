@@ -184,6 +184,16 @@ var fleetKinds = []fleetKind{
 		}
 		return &http.Client{Transport: t}, nil
 	}},
+	{"resilience (limiter off)", "the handler's defaults, scaled, with Overload.Disabled (issue 19's limiter off), one Handler per replica", true, false, func(base http.RoundTripper, counters *fleetCounters) (*http.Client, error) {
+		o := dnhOptions()
+		o.Overload.Disabled = true
+		o.OnEvent = counters.observe
+		t, err := resilience.NewTransport(base, o)
+		if err != nil {
+			return nil, err
+		}
+		return &http.Client{Transport: t}, nil
+	}},
 }
 
 // fleetGauge counts a fleet's attempts in flight at its bases (sent, no
@@ -329,6 +339,23 @@ func (m *fleetMember) close() {
 // records.
 func runFleet(tb testing.TB, kinds []fleetKind, n int, cfg ovlUpstreamConfig, seed uint64, tl fleetTimeline) fleetRun {
 	tb.Helper()
+	return runFleetWith(tb, kinds, n, cfg, seed, tl, fleetRunOpts{rate: ovlLoad * ovlCapacity})
+}
+
+// fleetRunOpts are what a run of the fleet's machinery may change beyond
+// the fleet experiment's own (the no-harm probes, fleet_noharm_test.go).
+type fleetRunOpts struct {
+	rate float64 // open-loop arrivals per second
+	// during, if not nil, runs in a goroutine of its own from time zero
+	// until the last call was started (then stop is closed), with each
+	// kind's replicas' clients in kinds' order; the run waits for it
+	during func(stop <-chan struct{}, clients [][]*http.Client)
+}
+
+// runFleetWith is runFleet with the arrivals' rate and a concurrent action
+// of o.
+func runFleetWith(tb testing.TB, kinds []fleetKind, n int, cfg ovlUpstreamConfig, seed uint64, tl fleetTimeline, o fleetRunOpts) fleetRun {
+	tb.Helper()
 	members := make([]*fleetMember, len(kinds))
 	ran := false
 	defer func() { // a constructor failed: close what was started
@@ -346,7 +373,7 @@ func runFleet(tb testing.TB, kinds []fleetKind, n int, cfg ovlUpstreamConfig, se
 		m.up = newOVLUpstream(cfg, m.reg)
 		members[i] = m
 		for range n {
-			tr := loopbackTransport()
+			tr := m.up.clientTransport()
 			cs := new(fleetCounters)
 			c, err := k.new(fleetBase{next: ovlBase{base: tr, reg: m.reg}, gauge: m.gauge}, cs)
 			if err != nil {
@@ -357,7 +384,7 @@ func runFleet(tb testing.TB, kinds []fleetKind, n int, cfg ovlUpstreamConfig, se
 			m.counters = append(m.counters, cs)
 		}
 	}
-	arrivals := ovlArrivals(seed, ovlLoad*ovlCapacity, tl.runFor())
+	arrivals := ovlArrivals(seed, o.rate, tl.runFor())
 	assign := fleetAssign(seed, len(arrivals), n)
 	run := fleetRun{n: n, trigger: cfg.trigger.name, mode: "oblivious", seed: seed, tl: tl, cfg: cfg}
 	if cfg.aware {
@@ -376,6 +403,18 @@ func runFleet(tb testing.TB, kinds []fleetKind, n int, cfg ovlUpstreamConfig, se
 		m.up.begin(t0)
 	}
 	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	if o.during != nil {
+		clients := make([][]*http.Client, len(members))
+		for i, m := range members {
+			clients[i] = m.clients
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o.during(stop, clients)
+		}()
+	}
 	for k, at := range arrivals {
 		if d := time.Until(t0.Add(at)); d > 0 {
 			time.Sleep(d)
@@ -393,6 +432,7 @@ func runFleet(tb testing.TB, kinds []fleetKind, n int, cfg ovlUpstreamConfig, se
 			}()
 		}
 	}
+	close(stop)
 	wg.Wait()
 	ran = true
 	run.wall = time.Since(t0)
