@@ -66,6 +66,7 @@ const (
 	nhColdService  = 100 * time.Millisecond // the cold-start upstream's answer time
 	nhColdSlow     = 400 * time.Millisecond // 2% of its answers: over the 200 ms attempt timeout
 	nhColdSlowPct  = 2
+	nhColdEarly    = 5 * time.Second // the note splits the calls here: the start, and after it
 	nhStarveFor    = 4 * time.Second // the client's CPU starved
 	nhStarveSpin   = 4               // busy goroutines in the child
 	nhReconfEvery  = 100 * time.Millisecond
@@ -183,7 +184,16 @@ func nhOpenLoop(tb testing.TB, name string, seed uint64, n int, load float64, tr
 	cfg := fleetConfig(tr, false, tl)
 	cfg.h2 = h2
 	r := runFleetWith(tb, nhKinds(), n, cfg, seed, tl, fleetRunOpts{rate: load * ovlCapacity, during: during})
-	return nhResult{probe: name, seed: seed, sides: nhFleetSides(r), lagP99: r.lagP99, cpu: r.cpu, wall: r.wall, phases: tr.dur > 0}
+	res := nhResult{probe: name, seed: seed, sides: nhFleetSides(r), lagP99: r.lagP99, cpu: r.cpu, wall: r.wall, phases: tr.dur > 0}
+	if h2 {
+		var arrived, over2 int
+		for _, s := range r.sides {
+			arrived += s.up.totals.arrivals
+			over2 += s.up.h2
+		}
+		res.note = fmt.Sprintf("%d of %d attempts arrived over HTTP/2", over2, arrived)
+	}
+	return res
 }
 
 // nhProbes are the probes, in the report's order; FLEET_PROBES names a
@@ -195,7 +205,12 @@ var nhProbes = []nhProbe{
 	{"steady-200", "60% of C for 20 s, N = 200 (each its own Handler and transport), no trigger", 0.5, 99.5, func(tb testing.TB, seed uint64) nhResult {
 		return nhOpenLoop(tb, "steady-200", seed, 200, nhSteadyLoad, ovlTrigger{}, false, fleetTimeline{before: 20 * time.Second}, nil)
 	}},
-	{"burst", fmt.Sprintf("%d calls started at once against an upstream that answers at once", nhBurstCalls), 1, 100, nhBurst},
+	{"burst", fmt.Sprintf("%d calls started at once against an upstream that answers at once, each kind in turn (bare, then the defaults, then limiter off)", nhBurstCalls), 1, 100, func(tb testing.TB, seed uint64) nhResult {
+		return nhBurst(tb, "burst", seed, false)
+	}},
+	{"burst-together", fmt.Sprintf("the same, the three kinds' bursts at once: %d calls started at once in the process", 3*nhBurstCalls), 1, 100, func(tb testing.TB, seed uint64) nhResult {
+		return nhBurst(tb, "burst-together", seed, true)
+	}},
 	{"step", "service ×3 for 4 s (C 400 → 133/s) at 30% of C (120/s), 4 s before, 4 s after", 1, 99, func(tb testing.TB, seed uint64) nhResult {
 		tl := fleetTimeline{before: 4 * time.Second, trigger: 4 * time.Second, after: 4 * time.Second}
 		return nhOpenLoop(tb, "step", seed, 1, nhSpareLoad, ovlTrigger{name: "step3x", at: tl.before, dur: tl.trigger, slow: 3}, false, tl, nil)
@@ -295,9 +310,11 @@ func nhBuild(tb testing.TB, urls []string) (clients []*http.Client, counters []*
 	return clients, counters, done
 }
 
-// nhBurst starts nhBurstCalls calls at once on every kind at the same
-// time, each kind against its own server that answers at once.
-func nhBurst(tb testing.TB, seed uint64) nhResult {
+// nhBurst starts nhBurstCalls calls at once on every kind, each kind
+// against its own server that answers at once: the kinds' bursts at the
+// same time if together, else one kind after another, so that each burst
+// meets a process doing nothing else.
+func nhBurst(tb testing.TB, name string, seed uint64, together bool) nhResult {
 	tb.Helper()
 	var urls []string
 	for range nhKindNames {
@@ -311,23 +328,33 @@ func nhBurst(tb testing.TB, seed uint64) nhResult {
 	clients, counters, done := nhBuild(tb, urls)
 	defer done()
 	outcomes := make([][]fleetOutcome, len(clients))
-	gate := make(chan struct{})
-	var wg sync.WaitGroup
 	cpu0, t0 := ovlCPUTime(), time.Now()
-	for i, c := range clients {
-		outcomes[i] = make([]fleetOutcome, nhBurstCalls)
-		for k := range nhBurstCalls {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-gate
-				outcomes[i][k] = fleetDo(c, urls[i])
-			}()
+	burst := func(kinds []int) {
+		gate := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, i := range kinds {
+			c := clients[i]
+			outcomes[i] = make([]fleetOutcome, nhBurstCalls)
+			for k := range nhBurstCalls {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-gate
+					outcomes[i][k] = fleetDo(c, urls[i])
+				}()
+			}
+		}
+		close(gate)
+		wg.Wait()
+	}
+	if together {
+		burst([]int{0, 1, 2})
+	} else {
+		for i := range clients {
+			burst([]int{i})
 		}
 	}
-	close(gate)
-	wg.Wait()
-	r := nhResult{probe: "burst", seed: seed, wall: time.Since(t0)}
+	r := nhResult{probe: name, seed: seed, wall: time.Since(t0)}
 	r.cpu = (ovlCPUTime() - cpu0).Seconds() / r.wall.Seconds()
 	for i, name := range nhKindNames {
 		s := nhSide{Kind: name, Calls: nhBurstCalls, Totals: nhTotals(sumFleet(counters[i : i+1]))}
@@ -380,7 +407,10 @@ func nhClosedLoop(tb testing.TB, name string, seed uint64, runFor time.Duration)
 	}
 	clients, counters, done := nhBuild(tb, urls)
 	defer done()
-	type tally struct{ outcomes [fleetOutcomes]int }
+	type tally struct {
+		outcomes       [fleetOutcomes]int
+		early, earlyOK int // calls started in the first nhColdEarly, and served
+	}
 	tallies := make([][]tally, len(clients))
 	gate := make(chan struct{})
 	var wg sync.WaitGroup
@@ -393,8 +423,16 @@ func nhClosedLoop(tb testing.TB, name string, seed uint64, runFor time.Duration)
 			go func() {
 				defer wg.Done()
 				<-gate
-				for time.Now().Before(end) {
-					tallies[i][j].outcomes[fleetDo(c, urls[i])]++
+				for now := time.Now(); now.Before(end); now = time.Now() {
+					o := fleetDo(c, urls[i])
+					tl := &tallies[i][j]
+					tl.outcomes[o]++
+					if now.Sub(t0) < nhColdEarly {
+						tl.early++
+						if o == fleetOK {
+							tl.earlyOK++
+						}
+					}
 				}
 			}()
 		}
@@ -403,17 +441,23 @@ func nhClosedLoop(tb testing.TB, name string, seed uint64, runFor time.Duration)
 	wg.Wait()
 	r := nhResult{probe: name, seed: seed, wall: time.Since(t0)}
 	r.cpu = (ovlCPUTime() - cpu0).Seconds() / r.wall.Seconds()
+	var early []string
 	for i, kind := range nhKindNames {
 		s := nhSide{Kind: kind, Totals: nhTotals(sumFleet(counters[i : i+1]))}
+		var n, ok int
 		for _, t := range tallies[i] {
 			for o, v := range t.outcomes {
 				s.Outcomes[o] += v
 				s.Calls += v
 			}
+			n += t.early
+			ok += t.earlyOK
 		}
 		s.OK = s.Outcomes[fleetOK]
 		r.sides = append(r.sides, s)
+		early = append(early, fmt.Sprintf("%s %.1f%% of %d / %.1f%% of %d", kind, nhPct(ok, n), n, nhPct(s.OK-ok, s.Calls-n), s.Calls-n))
 	}
+	r.note = fmt.Sprintf("served in the first %v / after: %s", nhColdEarly, strings.Join(early, "; "))
 	return r
 }
 
@@ -619,7 +663,7 @@ func nhJudge(p nhProbe, r nhResult) nhVerdict {
 	v.vsBare = v.lib >= v.bare-p.margin
 	v.vsOff = v.lib >= v.off-1
 	v.noShed = l.Totals.Shed == 0 && l.Outcomes[fleetOverloaded] == 0
-	v.lossless = p.name != "burst" || l.OK == l.Calls
+	v.lossless = !strings.HasPrefix(p.name, "burst") || l.OK == l.Calls
 	v.met = v.judged && v.vsBare && v.vsOff && v.noShed && v.lossless && r.updateErrs == 0
 	return v
 }
@@ -644,7 +688,7 @@ func nhParamsFromEnv(tb testing.TB) nhParams {
 	names := fleetEnvList("FLEET_PROBES", "")
 	for _, pr := range nhProbes {
 		base, _, _ := strings.Cut(pr.name, "-")
-		if len(names) == 0 || slices.Contains(names, pr.name) || (base == "steady" && slices.Contains(names, base)) {
+		if len(names) == 0 || slices.Contains(names, pr.name) || ((base == "steady" || base == "stall") && slices.Contains(names, base)) {
 			p.probes = append(p.probes, pr)
 		}
 	}
@@ -659,7 +703,7 @@ func nhParamsFromEnv(tb testing.TB) nhParams {
 		p.out = s
 	}
 	if len(p.probes) == 0 {
-		tb.Fatalf("FLEET_PROBES selects nothing (the probes: steady, steady-1, steady-200, burst, step, stall-h2, stall-h1, starved, coldstart, reconfig)")
+		tb.Fatalf("FLEET_PROBES selects nothing (the probes: steady, steady-1, steady-200, burst, burst-together, step, stall-h2, stall-h1, starved, coldstart, reconfig)")
 	}
 	return p
 }
@@ -668,7 +712,8 @@ func nhParamsFromEnv(tb testing.TB) nhParams {
 // (run it with -benchtime 1x): for every seed and probe, bare, the
 // handler's defaults and the handler with its limiter off side by side; it
 // writes results/fleet-noharm.md (FLEET_OUT=name: results/name.md).
-// FLEET_PROBES=burst,step chooses probes (steady is both N), FLEET_SEEDS
+// FLEET_PROBES=burst,step chooses probes (steady is both N, stall both
+// protocols), FLEET_SEEDS
 // the seeds (default 1). All probes take about 2.5 minutes a seed.
 func BenchmarkFleetNoHarm(b *testing.B) {
 	p := nhParamsFromEnv(b)
@@ -729,7 +774,7 @@ func nhMarkdown(p nhParams, runs []nhResult, wall time.Duration, la0, la1 string
 	w("Probes:\n\n")
 	for _, pr := range p.probes {
 		w("- `%s`: %s. Target: ≥ bare − %.1f, ≥ limiter off − 1, 0 overload refusals%s; bare's calibration %.1f%%.\n", pr.name, pr.doc, pr.margin,
-			map[bool]string{true: ", every call served", false: ""}[pr.name == "burst"], pr.bareFloor)
+			map[bool]string{true: ", every call served", false: ""}[strings.HasPrefix(pr.name, "burst")], pr.bareFloor)
 	}
 	w("\nColumns: **served %%**: calls served (200, body read); with a trigger (step, stalls, starved), of the calls started from the trigger to the end, which is what is judged. "+
 		"**overload refusals**: EventOverloadShed (calls that failed with ErrOverloaded); **budget**: EventBudgetExceeded; **circuit**: EventCircuitRejected (calls that failed with ErrCircuitOpen); "+
@@ -743,7 +788,7 @@ func nhMarkdown(p nhParams, runs []nhResult, wall time.Duration, la0, la1 string
 		v := nhJudge(pr, r)
 		l, of := r.side(nhLib), r.side(nhOff)
 		noShed := fleetYes(v.noShed)
-		if pr.name == "burst" {
+		if strings.HasPrefix(pr.name, "burst") {
 			noShed += fmt.Sprintf("; lost %d", l.Calls-l.OK)
 		}
 		w("| %s | %d | %.2f | %.2f | %.2f | %d (%d) / %d / %d (%d) / %d | %d / %d / %d | %s | %s | %s | %s |\n", r.probe, r.seed, v.bare, v.lib, v.off,
@@ -822,7 +867,7 @@ func TestFleetNoHarmSmoke(t *testing.T) {
 		assert.False(t, v.met && !v.judged, "a verdict needs a judgement")
 	}
 	t.Run("burst", func(t *testing.T) {
-		check(t, nhBurst(t, 1), nhBurstCalls)
+		check(t, nhBurst(t, "burst", 1, false), nhBurstCalls)
 	})
 	t.Run("reconfig", func(t *testing.T) {
 		tl := fleetTimeline{before: 1500 * time.Millisecond}

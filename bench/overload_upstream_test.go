@@ -183,6 +183,7 @@ type ovlUpstream struct {
 	peakQueue  int
 	peakHeld   int // most requests held at once, queued or in service
 	served200  int // 200s written in full
+	h2Arrivals int // attempts that arrived over HTTP/2
 	totals     ovlUpWindow
 }
 
@@ -323,6 +324,9 @@ func (u *ovlUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		win.arrivals++
 	}
 	u.totals.arrivals++
+	if r.ProtoMajor == 2 {
+		u.h2Arrivals++
+	}
 	wt := &ovlWaiter{r: r, ready: make(chan struct{})}
 	u.queueChanged(now)
 	u.queue = append(u.queue, wt)
@@ -396,6 +400,7 @@ type ovlUpRecord struct {
 	peakHeld  int // most requests queued or in service at once
 	served200 int
 	unserved  int // still queued or in service at Close
+	h2        int // attempts that arrived over HTTP/2
 }
 
 func (u *ovlUpstream) record() ovlUpRecord {
@@ -408,5 +413,6 @@ func (u *ovlUpstream) record() ovlUpRecord {
 		peakHeld:  u.peakHeld,
 		served200: u.served200,
 		unserved:  u.totals.arrivals - u.totals.completions - u.totals.dropped,
+		h2:        u.h2Arrivals,
 	}
 }
