@@ -28,6 +28,7 @@ const (
 type fleetSummary struct {
 	trigPct     float64 // calls served during the trigger, % of min(offered, capacity during it)
 	afterPct    float64 // calls served in the tl.after after it, % of min(offered, C)
+	after4Pct   float64 // the overload experiment's: served in the ovlAfter after it, % of min(offered, C)
 	recovery    float64 // seconds from the trigger's end (fleetRecoveryShare, to the end); +Inf: never
 	recovery95  float64 // the overload experiment's: three windows ≥ 95%; +Inf: never
 	steadyPct   float64 // % of the calls started from 1 s to the trigger that were served
@@ -61,7 +62,7 @@ func fleetSummarize(r fleetRun, s fleetSide) fleetSummary {
 		}
 		return n, ok
 	}
-	f := fleetSummary{trigPct: math.NaN(), afterPct: math.NaN(), recovery: math.Inf(1), recovery95: math.Inf(1)}
+	f := fleetSummary{trigPct: math.NaN(), afterPct: math.NaN(), after4Pct: math.NaN(), recovery: math.Inf(1), recovery95: math.Inf(1)}
 	for _, o := range s.outcomes {
 		f.outcomes[o]++
 	}
@@ -73,6 +74,11 @@ func fleetSummarize(r fleetRun, s fleetSide) fleetSummary {
 	}
 	if offered, _ := startedIn(to, end); offered > 0 {
 		f.afterPct = 100 * float64(okIn(to, end)) / min(float64(offered), ovlCapacity*(end-to).Seconds())
+	}
+	if to+ovlAfter <= end {
+		if offered, _ := startedIn(to, to+ovlAfter); offered > 0 {
+			f.after4Pct = 100 * float64(okIn(to, to+ovlAfter)) / min(float64(offered), ovlCapacity*ovlAfter.Seconds())
+		}
 	}
 	var pass95, pass90 []bool // per recovery window from the trigger's end
 	for a := to; a+ovlRecoveryWindow <= end; a += ovlRecoveryWindow {
@@ -213,7 +219,7 @@ func (rep *fleetReport) markdown() string {
 	p("Machine check: the busiest run used %.2f of %d cores (process CPU time / wall time: every kind's clients and upstreams together); "+
 		"the worst p99 lateness of a call's start against its schedule was %v.\n\n", cpuMax, runtime.NumCPU(), lagMax.Round(time.Millisecond))
 	p("Columns: **trigger %%**: calls served during the trigger as %% of the physical limit min(offered, capacity during it); "+
-		"**after %%**: calls served in the %v after it as %% of min(offered, C); "+
+		"**after 4 s %%** (the stall's figure): calls served in the %v after the trigger as %% of min(offered, C); **after %%**: calls served in the %v after it as %% of min(offered, C); "+
 		"**recovery**: from the trigger's end to the first 500 ms window from which every window to the end of the arrivals had ≥ %.0f%% of the calls started in it served "+
 		"(never: the last one did not); **recovery 3×95%%**: the overload experiment's (the first of three consecutive windows with ≥ 95%%); "+
 		"**opened**: Handlers whose circuit opened at least once, of N; **budget**: retries the retry budget refused (EventBudgetExceeded); "+
@@ -222,7 +228,7 @@ func (rep *fleetReport) markdown() string {
 		"the counters are summed over the fleet's Handlers (Options.OnEvent). "+
 		"**in flight / held**: the most attempts in flight at once at the fleet's bases (sent, no headers yet) against the most requests the upstream held at once (queued + in service); "+
 		"**wasted %%**: share of the upstream's busy time, from the trigger to the end of the arrivals, on attempts whose caller had given up by the time their service finished.\n\n",
-		tl.after, 100*fleetRecoveryShare)
+		ovlAfter, tl.after, 100*fleetRecoveryShare)
 
 	for _, m := range rep.p.modes {
 		p("## %s upstream: ranges over seeds %s\n\n", m.name, ovlJoinSeeds(rep.p.seeds))
@@ -283,17 +289,18 @@ func (rep *fleetReport) markdown() string {
 		p("\n")
 	}
 
+	rep.stallVerdicts(p)
 	p("## Every run\n\n")
 	p("Calls: offered in the run; **before %%**: calls started from 1 s to the trigger that were served; **sent/call**: attempts the bases sent per call; **arrived/call**: attempts the upstream received per call; " +
 		"**failures**: calls that failed, by what the caller saw: timeout / ErrOverloaded / ErrCircuitOpen / a status other than 200 / other.\n\n")
-	p("| trigger | mode | N | seed | kind | calls | trigger %% | after %% | recovery | recovery 3×95%% | before %% | ok %% | sent/call | arrived/call | wasted %% | in flight / held | opened (events) | budget | shed | attempt timeouts | retries | failures | cpu | lag p99 |\n")
-	p("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n")
+	p("| trigger | mode | N | seed | kind | calls | trigger %% | after 4 s %% | after %% | recovery | recovery 3×95%% | before %% | ok %% | sent/call | arrived/call | wasted %% | in flight / held | opened (events) | budget | shed | attempt timeouts | retries | failures | cpu | lag p99 |\n")
+	p("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n")
 	for _, r := range rep.runs {
 		for _, s := range r.sides {
 			f := fleetSummarize(r, s)
 			t := s.totals
-			p("| %s | %s | %d | %d | %s | %d | %s | %s | %s | %s | %.1f | %.1f | %.2f | %.2f | %.0f | %d / %d | %d (%d) | %d | %d | %d | %d | %d / %d / %d / %d / %d | %.2f | %v |\n",
-				r.trigger, r.mode, r.n, r.seed, s.kind, len(s.calls), ovlFmtPct(f.trigPct), ovlFmtPct(f.afterPct),
+			p("| %s | %s | %d | %d | %s | %d | %s | %s | %s | %s | %s | %.1f | %.1f | %.2f | %.2f | %.0f | %d / %d | %d (%d) | %d | %d | %d | %d | %d / %d / %d / %d / %d | %.2f | %v |\n",
+				r.trigger, r.mode, r.n, r.seed, s.kind, len(s.calls), ovlFmtPct(f.trigPct), ovlFmtPct(f.after4Pct), ovlFmtPct(f.afterPct),
 				fleetFmtRecovery(f.recovery), fleetFmtRecovery(f.recovery95), f.steadyPct, f.okPct, f.sentPerCall, f.perCall, f.wastedPct,
 				s.peakIn, s.up.peakHeld, t.handlersOpened, t.opened, t.budgetRefused, t.shed, t.attemptTimeouts, t.retries,
 				f.outcomes[fleetTimeout], f.outcomes[fleetOverloaded], f.outcomes[fleetCircuitOpen], f.outcomes[fleetStatus], f.outcomes[fleetOther],
@@ -301,4 +308,55 @@ func (rep *fleetReport) markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// fleetStallMargin is issue 31's stall target: the handler's fleet serves,
+// in the ovlAfter after the stall, at least bare's figure less this many
+// points.
+const fleetStallMargin = 2.0
+
+// stallVerdicts writes, for each stall run, the issue's stall target: the
+// handler's served % in the ovlAfter after the stall against bare's, run by
+// run (a target on a pair of sides of one run, not on ranges). Nothing is
+// written without a stall trigger, bare and the handler.
+func (rep *fleetReport) stallVerdicts(p func(string, ...any)) {
+	var runs []fleetRun
+	for _, r := range rep.runs {
+		_, okB := r.side("bare")
+		_, okR := r.side("resilience")
+		if r.cfg.trigger.stall && okB && okR {
+			runs = append(runs, r)
+		}
+	}
+	if len(runs) == 0 {
+		return
+	}
+	p("## The stall: served in the %v after it (issue 31: resilience ≥ bare − %.0f)\n\n", ovlAfter, fleetStallMargin)
+	p("| mode | N | seed | bare: after %v %% | resilience: after %v %% | met |\n|---|---:|---:|---:|---:|---|\n", ovlAfter, ovlAfter)
+	met := 0
+	for _, r := range runs {
+		b, _ := r.side("bare")
+		l, _ := r.side("resilience")
+		fb, fl := fleetSummarize(r, b).after4Pct, fleetSummarize(r, l).after4Pct
+		ok := fleetStallMet(fb, fl)
+		if ok {
+			met++
+		}
+		p("| %s | %d | %d | %s | %s | %s |\n", r.mode, r.n, r.seed, ovlFmtPct(fb), ovlFmtPct(fl), fleetYes(ok))
+	}
+	p("\nMet in %d of %d runs.\n\n", met, len(runs))
+}
+
+// fleetStallMet is the stall target on bare's and the handler's served %
+// in the ovlAfter after it; a figure that could not be computed fails.
+func fleetStallMet(bare, lib float64) bool {
+	return !math.IsNaN(bare) && !math.IsNaN(lib) && lib >= bare-fleetStallMargin
+}
+
+// fleetYes is a verdict as the reports write it.
+func fleetYes(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "no"
 }

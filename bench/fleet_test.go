@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -56,12 +57,20 @@ var (
 	fleetQuick = fleetTimeline{before: 2 * time.Second, trigger: 4 * time.Second, after: 4 * time.Second}
 )
 
+// fleetStall is how long the stall trigger stops every worker (issue 31:
+// "a 2 s total stall").
+const fleetStall = 2 * time.Second
+
 // fleetTriggers are the experiment's triggers on timeline tl: the overload
-// experiment's slowdown and capacity drop, at tl.before for tl.trigger.
+// experiment's slowdown and capacity drop, at tl.before for tl.trigger, and
+// its total stall, every worker stopped for fleetStall from tl.before (the
+// timeline's trigger span is then part stall, part after it; the stall's
+// figure is the overload experiment's: served in the ovlAfter after it).
 func fleetTriggers(tl fleetTimeline) []ovlTrigger {
 	return []ovlTrigger{
 		{name: "slow2.5x", at: tl.before, dur: tl.trigger, slow: 2.5},
 		{name: "capacity/2", at: tl.before, dur: tl.trigger, capacity: 0.5},
+		{name: "stall2s", at: tl.before, dur: fleetStall, stall: true},
 	}
 }
 
@@ -168,6 +177,16 @@ var fleetKinds = []fleetKind{
 	}},
 	{"resilience", "the handler's defaults, scaled (dnhOptions: AttemptTimeout 200ms, TotalTimeout 2s, the overload limiter on with MaxQueueWait 67ms), one Handler per replica", true, false, func(base http.RoundTripper, counters *fleetCounters) (*http.Client, error) {
 		o := dnhOptions()
+		o.OnEvent = counters.observe
+		t, err := resilience.NewTransport(base, o)
+		if err != nil {
+			return nil, err
+		}
+		return &http.Client{Transport: t}, nil
+	}},
+	{"resilience (limiter off)", "the handler's defaults, scaled, with Overload.Disabled (issue 19's limiter off), one Handler per replica", true, false, func(base http.RoundTripper, counters *fleetCounters) (*http.Client, error) {
+		o := dnhOptions()
+		o.Overload.Disabled = true
 		o.OnEvent = counters.observe
 		t, err := resilience.NewTransport(base, o)
 		if err != nil {
@@ -320,6 +339,23 @@ func (m *fleetMember) close() {
 // records.
 func runFleet(tb testing.TB, kinds []fleetKind, n int, cfg ovlUpstreamConfig, seed uint64, tl fleetTimeline) fleetRun {
 	tb.Helper()
+	return runFleetWith(tb, kinds, n, cfg, seed, tl, fleetRunOpts{rate: ovlLoad * ovlCapacity})
+}
+
+// fleetRunOpts are what a run of the fleet's machinery may change beyond
+// the fleet experiment's own (the no-harm probes, fleet_noharm_test.go).
+type fleetRunOpts struct {
+	rate float64 // open-loop arrivals per second
+	// during, if not nil, runs in a goroutine of its own from time zero
+	// until the last call was started (then stop is closed), with each
+	// kind's replicas' clients in kinds' order; the run waits for it
+	during func(stop <-chan struct{}, clients [][]*http.Client)
+}
+
+// runFleetWith is runFleet with the arrivals' rate and a concurrent action
+// of o.
+func runFleetWith(tb testing.TB, kinds []fleetKind, n int, cfg ovlUpstreamConfig, seed uint64, tl fleetTimeline, o fleetRunOpts) fleetRun {
+	tb.Helper()
 	members := make([]*fleetMember, len(kinds))
 	ran := false
 	defer func() { // a constructor failed: close what was started
@@ -337,7 +373,7 @@ func runFleet(tb testing.TB, kinds []fleetKind, n int, cfg ovlUpstreamConfig, se
 		m.up = newOVLUpstream(cfg, m.reg)
 		members[i] = m
 		for range n {
-			tr := loopbackTransport()
+			tr := m.up.clientTransport()
 			cs := new(fleetCounters)
 			c, err := k.new(fleetBase{next: ovlBase{base: tr, reg: m.reg}, gauge: m.gauge}, cs)
 			if err != nil {
@@ -348,7 +384,7 @@ func runFleet(tb testing.TB, kinds []fleetKind, n int, cfg ovlUpstreamConfig, se
 			m.counters = append(m.counters, cs)
 		}
 	}
-	arrivals := ovlArrivals(seed, ovlLoad*ovlCapacity, tl.runFor())
+	arrivals := ovlArrivals(seed, o.rate, tl.runFor())
 	assign := fleetAssign(seed, len(arrivals), n)
 	run := fleetRun{n: n, trigger: cfg.trigger.name, mode: "oblivious", seed: seed, tl: tl, cfg: cfg}
 	if cfg.aware {
@@ -367,6 +403,18 @@ func runFleet(tb testing.TB, kinds []fleetKind, n int, cfg ovlUpstreamConfig, se
 		m.up.begin(t0)
 	}
 	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	if o.during != nil {
+		clients := make([][]*http.Client, len(members))
+		for i, m := range members {
+			clients[i] = m.clients
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o.during(stop, clients)
+		}()
+	}
 	for k, at := range arrivals {
 		if d := time.Until(t0.Add(at)); d > 0 {
 			time.Sleep(d)
@@ -384,6 +432,7 @@ func runFleet(tb testing.TB, kinds []fleetKind, n int, cfg ovlUpstreamConfig, se
 			}()
 		}
 	}
+	close(stop)
 	wg.Wait()
 	ran = true
 	run.wall = time.Since(t0)
@@ -452,7 +501,7 @@ func fleetParamsFromEnv(tb testing.TB) fleetParams {
 		}
 		p.seeds = append(p.seeds, v)
 	}
-	names := fleetEnvList("FLEET_TRIGGERS", "slow2.5x,capacity/2")
+	names := fleetEnvList("FLEET_TRIGGERS", "slow2.5x,capacity/2,stall2s")
 	for _, tr := range fleetTriggers(p.tl) {
 		if slices.Contains(names, tr.name) {
 			p.triggers = append(p.triggers, tr)
@@ -484,8 +533,8 @@ func fleetParamsFromEnv(tb testing.TB) fleetParams {
 // kinds chosen (bare and the handler by default) at once, then one of each
 // kind that runs alone; it writes results/fleet.md (FLEET_OUT=name:
 // results/name.md). A run lasts about 22 s (fleetFull's 20 s of arrivals,
-// then the last calls' deadlines): 4 N × 2 triggers × 2 seeds is about 6
-// minutes. FLEET_N=10,200, FLEET_SEEDS=1,2,3, FLEET_TRIGGERS=slow2.5x,
+// then the last calls' deadlines): 4 N × 3 triggers × 2 seeds is about 9
+// minutes. FLEET_N=10,200, FLEET_SEEDS=1,2,3, FLEET_TRIGGERS=slow2.5x,stall2s,
 // FLEET_MODES=oblivious,aware and FLEET_KINDS=bare,retryablehttp,resilience
 // choose (go-retryablehttp doubles the time); FLEET_QUICK=1 shortens each
 // run to 10 s of arrivals (2 s, 4 s, 4 s).
@@ -541,8 +590,8 @@ func fleetGroups(kinds []fleetKind) [][]fleetKind {
 func fleetLog(r fleetRun) {
 	for _, s := range r.sides {
 		f := fleetSummarize(r, s)
-		fmt.Fprintf(os.Stderr, "fleet %-10s N=%-3d %-9s seed %d %-13s trigger %5.1f%%  after %5.1f%%  recovery %-6s  wasted %4.1f%%  in flight %4d / held %5d  att/call %4.2f  opened %d/%d  budget %d  shed %d  attTO %d  retries %d  cpu %.2f  lag p99 %v\n",
-			r.trigger, r.n, r.mode, r.seed, s.kind, f.trigPct, f.afterPct, fleetFmtRecovery(f.recovery), f.wastedPct, s.peakIn, s.up.peakHeld, f.perCall,
+		fmt.Fprintf(os.Stderr, "fleet %-10s N=%-3d %-9s seed %d %-13s trigger %5.1f%%  after4s %5.1f%%  after %5.1f%%  recovery %-6s  wasted %4.1f%%  in flight %4d / held %5d  att/call %4.2f  opened %d/%d  budget %d  shed %d  attTO %d  retries %d  cpu %.2f  lag p99 %v\n",
+			r.trigger, r.n, r.mode, r.seed, s.kind, f.trigPct, f.after4Pct, f.afterPct, fleetFmtRecovery(f.recovery), f.wastedPct, s.peakIn, s.up.peakHeld, f.perCall,
 			s.totals.handlersOpened, r.n, s.totals.budgetRefused, s.totals.shed, s.totals.attemptTimeouts, s.totals.retries, r.cpu, r.lagP99.Round(time.Millisecond))
 	}
 }
@@ -624,4 +673,36 @@ func TestFleetSmoke(t *testing.T) {
 			assert.LessOrEqual(t, f.wastedPct, 100.0)
 		})
 	}
+}
+
+// TestFleetStallSummary checks the stall's figure and target on made-up
+// calls: a 2 s stall from 4 s in which nothing ends, 100 calls per second,
+// and in the 4 s after it every other call served for one side and all for
+// the other.
+func TestFleetStallSummary(t *testing.T) {
+	tl := fleetTimeline{before: 4 * time.Second, trigger: 4 * time.Second, after: 4 * time.Second}
+	tr := fleetTriggers(tl)[2]
+	require.True(t, tr.stall)
+	r := fleetRun{tl: tl, cfg: fleetConfig(tr, false, tl)}
+	side := func(everyOther bool) fleetSide {
+		s := fleetSide{up: ovlUpRecord{win: make([]ovlUpWindow, int(r.cfg.span/ovlWindow))}}
+		for k := range 1200 { // 100 per second for 12 s, each 10 ms long
+			at := time.Duration(k) * 10 * time.Millisecond
+			ok := !(at >= tr.at && at < tr.at+tr.dur) && !(everyOther && k%2 == 1)
+			s.calls = append(s.calls, ovlCall{start: at, end: at + 10*time.Millisecond, ok: ok})
+			o := fleetOK
+			if !ok {
+				o = fleetTimeout
+			}
+			s.outcomes = append(s.outcomes, o)
+		}
+		return s
+	}
+	all, half := fleetSummarize(r, side(false)), fleetSummarize(r, side(true))
+	assert.True(t, math.IsNaN(all.trigPct), "a stall has no capacity to serve a share of")
+	assert.InDelta(t, 100, all.after4Pct, 0.5, "400 offered, 400 served in the 4 s after the stall")
+	assert.InDelta(t, 50, half.after4Pct, 0.5)
+	assert.True(t, fleetStallMet(all.after4Pct, all.after4Pct-fleetStallMargin))
+	assert.False(t, fleetStallMet(all.after4Pct, half.after4Pct))
+	assert.False(t, fleetStallMet(math.NaN(), all.after4Pct), "no figure, no verdict")
 }

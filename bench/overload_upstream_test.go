@@ -60,6 +60,7 @@ type ovlUpstreamConfig struct {
 	aware   bool
 	trigger ovlTrigger
 	span    time.Duration // windows are recorded over [0, span)
+	h2      bool          // served over TLS with HTTP/2 (httptest's StartTLS); plain HTTP/1.1 if false
 }
 
 // ovlTrigger is what goes wrong, when, for how long. A zero trigger changes
@@ -182,6 +183,7 @@ type ovlUpstream struct {
 	peakQueue  int
 	peakHeld   int // most requests held at once, queued or in service
 	served200  int // 200s written in full
+	h2Arrivals int // attempts that arrived over HTTP/2
 	totals     ovlUpWindow
 }
 
@@ -200,11 +202,29 @@ func newOVLUpstream(cfg ovlUpstreamConfig, reg *ovlRegistry) *ovlUpstream {
 		closed: make(chan struct{}),
 		win:    make([]ovlUpWindow, int(cfg.span/ovlWindow)),
 	}
-	u.srv = httptest.NewServer(u)
+	u.srv = httptest.NewUnstartedServer(u)
+	if cfg.h2 {
+		u.srv.EnableHTTP2 = true
+		u.srv.StartTLS()
+	} else {
+		u.srv.Start()
+	}
 	return u
 }
 
 func (u *ovlUpstream) URL() string { return u.srv.URL }
+
+// clientTransport is a fresh client transport for the upstream: the
+// loopback one, or over HTTP/2 one that trusts the server's certificate
+// and attempts HTTP/2 (a custom TLS config turns it off unless forced).
+func (u *ovlUpstream) clientTransport() *http.Transport {
+	t := loopbackTransport()
+	if u.cfg.h2 {
+		t.TLSClientConfig = u.srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+		t.ForceAttemptHTTP2 = true
+	}
+	return t
+}
 
 // begin sets time zero and arms the dispatch at the end of the trigger
 // (workers that come back take waiting requests at once).
@@ -304,6 +324,9 @@ func (u *ovlUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		win.arrivals++
 	}
 	u.totals.arrivals++
+	if r.ProtoMajor == 2 {
+		u.h2Arrivals++
+	}
 	wt := &ovlWaiter{r: r, ready: make(chan struct{})}
 	u.queueChanged(now)
 	u.queue = append(u.queue, wt)
@@ -377,6 +400,7 @@ type ovlUpRecord struct {
 	peakHeld  int // most requests queued or in service at once
 	served200 int
 	unserved  int // still queued or in service at Close
+	h2        int // attempts that arrived over HTTP/2
 }
 
 func (u *ovlUpstream) record() ovlUpRecord {
@@ -389,5 +413,6 @@ func (u *ovlUpstream) record() ovlUpRecord {
 		peakHeld:  u.peakHeld,
 		served200: u.served200,
 		unserved:  u.totals.arrivals - u.totals.completions - u.totals.dropped,
+		h2:        u.h2Arrivals,
 	}
 }
