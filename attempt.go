@@ -146,7 +146,7 @@ func (a *attempt) send(now time.Time) outcome {
 	c.attemptAnswered(sentAt, resp)
 	fired, held := a.dl.answered() // the deadline that cut it, if one did
 	if err == nil && fired == nil {
-		c.h.answered(now.Sub(c.h.epoch))
+		c.h.answered(a.dl.sent) // start's, on this goroutine
 	}
 	if held {
 		e := Event{Kind: EventAttemptHeld, Attempt: a.n, Duration: time.Since(now)}
