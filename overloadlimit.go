@@ -39,13 +39,10 @@ import (
 //
 // First attempts of new calls wait for a slot in the queue, bounded by
 // MaxQueue, MaxQueueWait and the call's deadline less the smoothed time to
-// headers: a call waits while it could still be answered in time, and one
-// that could not is refused rather than sent to be served to nobody. With
-// a fixed wait of 67 ms (1 s unscaled), a single client refused 400-630
-// calls of the fleet experiment's slowdown that a bare client had served
-// within its deadline; waiting so, it refused 18 (at N = 1, 132-174 at
-// N = 10) and the upstream's waste stayed at 0-2 % (bench/results/fleet-held.md).
-// Retries wait in the same
+// headers: a call waits while it could still be answered in time; one that
+// could not is refused, not sent to be served to nobody. A fixed 1 s wait
+// refused 538-628 calls of the fleet experiment's slowdown that bare served
+// in time; this refuses 18 (bench/results/fleet-held.md). Retries wait in the same
 // queue while the limiter is not shedding; while it is (it refused a first
 // attempt within the last second, or the loss cap is cutting) they only
 // try, so that they are shed first. Hedges only ever try: a hedge not sent
