@@ -149,11 +149,7 @@ func (a *attempt) send(now time.Time) outcome {
 		c.h.answered(a.dl.sent) // start's, on this goroutine
 	}
 	if held {
-		e := Event{Kind: EventAttemptHeld, Attempt: a.n, Duration: time.Since(now)}
-		if a.ep != nil {
-			a.ep.label(&e)
-		}
-		c.record(a.rec, e)
+		a.record(Event{Kind: EventAttemptHeld, Attempt: a.n, Duration: time.Since(now)})
 	}
 	if fired == nil && err != nil && context.Cause(ctx) == ErrTotalTimeout {
 		fired = ErrTotalTimeout // a hedge: the race's context reached the total deadline
@@ -196,11 +192,7 @@ func (a *attempt) send(now time.Time) outcome {
 			resp.Body.Close()
 		}
 		resp, err = nil, ErrAttemptTimeout
-		e := Event{Kind: EventAttemptTimeout, Attempt: a.n, Err: err}
-		if a.ep != nil {
-			a.ep.label(&e)
-		}
-		c.record(a.rec, e)
+		a.record(Event{Kind: EventAttemptTimeout, Attempt: a.n, Err: err})
 	case left:
 		a.settle()
 		a.s.abandonProbe(a.probe, err) // the race's loser, or the caller gave up

@@ -323,16 +323,23 @@ func (a *attempt) ended(start time.Time, resp *http.Response, err, deadline erro
 		return
 	}
 	e := Event{Kind: EventAttempt, Attempt: a.n, Delay: a.delay, Duration: time.Since(start), Err: err}
-	if a.ep != nil {
-		a.ep.label(&e)
-	}
 	switch {
 	case deadline != nil:
 		e.Err = deadline
 	case resp != nil:
 		e.StatusCode = resp.StatusCode
 	}
-	c.record(a.rec, e)
+	a.record(e)
+}
+
+// record records e, an event of attempt a, named by its endpoint if it
+// has one (endpoint.label): emitted now on the call's goroutine, or kept
+// for it from a hedge's (call.record).
+func (a *attempt) record(e Event) {
+	if a.ep != nil {
+		a.ep.label(&e)
+	}
+	a.c.record(a.rec, e)
 }
 
 // record emits e, an event of the call, or keeps it in rec, when not nil,
