@@ -221,6 +221,14 @@ func (d *deadlines) releaseTimerLocked() {
 // limit is looked at again each such fraction.
 const overtakeMargin = 4
 
+// holdStep is the margin and the interval of the overtaking test for an
+// attempt limit: a quarter of it, and never under a millisecond, so that a
+// limit of a few nanoseconds (valid, if odd) does not re-arm the timer at
+// once, again and again, for as long as the attempt is held.
+func holdStep(limit time.Duration) time.Duration {
+	return max(limit/overtakeMargin, time.Millisecond)
+}
+
 // fire cancels the current attempt if its deadline has passed, and reports
 // whether the total deadline has passed while the caller holds the body:
 // the owner's call then ends (expire).
@@ -245,7 +253,7 @@ func (d *deadlines) fire() (expire bool) {
 		return false
 	}
 	if why == attemptCause && !d.owner.strictAttempts() {
-		step := d.owner.attemptLimit / overtakeMargin
+		step := holdStep(d.owner.attemptLimit)
 		if !d.owner.h.overtaken(d.sent + step) {
 			// The upstream has answered nothing sent since this attempt:
 			// it is queued behind the others, not stuck, and cut short it

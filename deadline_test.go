@@ -68,3 +68,12 @@ func TestTimerSlotsBounded(t *testing.T) {
 	assert.True(t, slots[0].t.Stop(), "a slot kept runs on")
 	assert.Same(t, slots[maxFreeTimers-1], p.lend(), "last in, first out")
 }
+
+// A held attempt is looked at again a quarter of its limit later, never
+// sooner than a millisecond: a limit of a few nanoseconds must not spin
+// its timer.
+func TestHoldStepHasAFloor(t *testing.T) {
+	assert.Equal(t, 50*time.Millisecond, holdStep(200*time.Millisecond))
+	assert.Equal(t, time.Millisecond, holdStep(2*time.Nanosecond))
+	assert.Equal(t, time.Millisecond, holdStep(time.Millisecond))
+}
