@@ -167,7 +167,9 @@ func (a *attempt) send(now time.Time) outcome {
 		}
 		slot.release(o)
 	}
-	a.ended(now, resp, err, fired)
+	if c.cfg.observed {
+		a.ended(now, resp, err, fired)
+	}
 	if hg := &c.cfg.Hedging; hg.Enabled && hg.DelayPercentile > 0 && !left && fired != ErrTotalTimeout {
 		c.h.latency.Record(time.Since(now)) // an attempt cut short by another's end says nothing of the latency
 	}
@@ -253,7 +255,7 @@ func (a *attempt) request(ctx context.Context) (*http.Request, *httpbody.Sent) {
 	c, n, delay, ep, body, getBody := a.c, a.n, a.delay, a.ep, a.body, a.getBody
 	stamped := c.cfg.Propagation.Enabled
 	var r *http.Request
-	if c.cfg.observed() {
+	if c.cfg.observed {
 		o := &observedRequest{ctx: attemptContext{Context: ctx, c: c, n: n, delay: delay, ep: ep}}
 		o.req = *c.req.WithContext(&o.ctx) // inlined: the copy is o's, not one more allocation
 		r = &o.req

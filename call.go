@@ -112,6 +112,27 @@ type overrides struct {
 
 type overridesKey struct{}
 
+// hasBody reports whether the caller's request has a body: one to send,
+// and to close if no attempt sends it (closeBody). A request without one
+// needs none of httpbody.Replay's bookkeeping.
+func (c *call) hasBody() bool { return c.req.Body != nil && c.req.Body != http.NoBody }
+
+// closeBody closes the caller's request body if no attempt took it:
+// RoundTrip closes it even when it sends nothing.
+func (c *call) closeBody() {
+	if c.hasBody() {
+		c.body.Close()
+	}
+}
+
+// wantsReport reports whether the caller asked for a Report of the call.
+func (c *call) wantsReport() bool { return c.over != nil && c.over.report != nil }
+
+// heard reports whether anyone hears how the call went: the observers of
+// its options or a Report its caller asked for. A call nobody hears builds
+// no event and fills in no Report (event.go).
+func (c *call) heard() bool { return c.cfg.observed || c.wantsReport() }
+
 func overridesFrom(ctx context.Context) *overrides {
 	o, _ := ctx.Value(overridesKey{}).(*overrides)
 	return o

@@ -148,10 +148,8 @@ func (k EventKind) defaultLevel() slog.Level {
 // options it started under (call.emit).
 func (h *Handler) emit(e Event) { h.cfg.Load().emit(e) }
 
-func (cfg *config) observed() bool { return cfg.OnEvent != nil || cfg.Logger != nil }
-
 func (cfg *config) emit(e Event) {
-	if !cfg.observed() {
+	if !cfg.observed {
 		return
 	}
 	e.Handler = cfg.Name
@@ -222,7 +220,8 @@ func (cfg *config) log(e Event) {
 // What a call tells its observers (events) and its caller (errors).
 
 // ended reports the call's outcome to observers, if any, and to the
-// caller's Report, if it asked for one.
+// caller's Report, if it asked for one; the call checks first that one of
+// them hears it (call.heard).
 func (c *call) ended(start time.Time, resp *http.Response, err error) {
 	if c.wantsReport() {
 		// One Report covers every RoundTrip made with its context (each hop
@@ -238,7 +237,7 @@ func (c *call) ended(start time.Time, resp *http.Response, err error) {
 			r.IdempotencyKey = idempotencyKey(c.req.Header, c.cfg.Idempotency.Header)
 		}
 	}
-	if c.cfg.observed() {
+	if c.cfg.observed {
 		e := Event{Kind: EventCall, Attempt: c.attempts, Duration: time.Since(start), Err: err}
 		if resp != nil {
 			e.StatusCode = resp.StatusCode
@@ -291,9 +290,6 @@ func (c *call) outcome(resp *http.Response, err error) (Outcome, int) {
 	return OutcomeTransportError, 0
 }
 
-// wantsReport reports whether the caller asked for a Report of the call.
-func (c *call) wantsReport() bool { return c.over != nil && c.over.report != nil }
-
 // rejected is the error of a call the circuit refused, for reason.
 func (c *call) rejected(reason error) error {
 	c.emit(Event{Kind: EventCircuitRejected, Attempt: c.attempts + 1, Err: reason})
@@ -314,14 +310,11 @@ func (c *call) totalTimeout(cause error) error {
 	return c.errorf(ErrTotalTimeout, cause, "of %v", c.totalLimit)
 }
 
-// ended reports attempt a, begun at start, to observers: its status, or
-// its error, or the deadline that cut it short. From a hedge's goroutine,
-// a.rec keeps the event (record).
+// ended reports attempt a, begun at start, to observers, when its call's
+// options have some (config.observed): its status, or its error, or the
+// deadline that cut it short. From a hedge's goroutine, a.rec keeps the
+// event (record).
 func (a *attempt) ended(start time.Time, resp *http.Response, err, deadline error) {
-	c := a.c
-	if !c.cfg.observed() {
-		return
-	}
 	e := Event{Kind: EventAttempt, Attempt: a.n, Delay: a.delay, Duration: time.Since(start), Err: err}
 	switch {
 	case deadline != nil:
@@ -379,7 +372,7 @@ func (c *call) emit(e Event) {
 	if c.wantsReport() {
 		c.over.report.note(e)
 	}
-	if !c.cfg.observed() {
+	if !c.cfg.observed {
 		return
 	}
 	c.about(&e)

@@ -391,7 +391,7 @@ func (r *race) settle(grace bool, why error) {
 		} else {
 			h.cancel(errHedgeLost)
 		}
-		if c.cfg.observed() {
+		if c.cfg.observed {
 			e := Event{Kind: EventAttempt, Attempt: h.n, Delay: h.delay, Duration: time.Since(time.Unix(0, h.sentAt.Load())), Err: why}
 			if h.ep != nil {
 				h.ep.label(&e)

@@ -96,6 +96,9 @@ type config struct {
 	methods methodSet
 	route   *router     // Endpoints resolved; nil without
 	logs    *logSummary // the counts of Logger's summarised kinds; nil without Logger
+	// observed is whether the options have observers (OnEvent or Logger):
+	// without, a call builds no event at all (event.go).
+	observed bool
 }
 
 // resolve fills in defaults and validates o, layer by layer: each layer's
@@ -170,7 +173,7 @@ func resolve(o Options) (*config, error) {
 	if o.MaxBufferedBody == 0 {
 		o.MaxBufferedBody = defaultMaxBufferedBody
 	}
-	cfg := &config{Options: o, given: given, methods: methods, route: route}
+	cfg := &config{Options: o, given: given, methods: methods, route: route, observed: o.OnEvent != nil || o.Logger != nil}
 	if o.Logger != nil {
 		cfg.logs = newLogSummary(o.Logger, o.Name)
 	}

@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"errors"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"time"
@@ -40,12 +41,18 @@ func (l *retryLoop) run(now time.Time) (*http.Response, error) {
 	unsent := true   // every attempt so far failed before its request left the client
 	claimed := false // attempt n holds a retry budget token
 	rb, ctx := c.budget(), c.req.Context()
+	// A request without a body (nil or http.NoBody) sends that as it is: its
+	// attempts have no body to take from the call.
+	bodied, none := c.hasBody(), io.ReadCloser(nil)
+	if !bodied {
+		none = c.req.Body
+	}
 	for n := 1; ; n++ {
 		if n > 1 {
 			now = time.Now()
 		}
 		a := attempt{c: c, n: n, delay: waited, s: c.s, queue: true, first: n == 1 || l.firstDelivery,
-			rb: rb, claimed: claimed, ownBody: true, ctx: ctx, dl: &c.deadlines}
+			rb: rb, claimed: claimed, ownBody: bodied, body: none, ctx: ctx, dl: &c.deadlines}
 		o, err := l.send(&a, now, rt)
 		if err != nil {
 			// A retry the overload limiter shed or the circuit refused was
@@ -68,7 +75,7 @@ func (l *retryLoop) run(now time.Time) (*http.Response, error) {
 		if rt != nil {
 			rt.ended(rt.last, err) // an endpoint's own failure drops it from the call
 		}
-		if !c.repeatable || n > cfg.Retry.MaxRetries || !c.body.Replayable() || !c.retryable || (rt != nil && !rt.left()) {
+		if !c.retryable || !c.repeatable || n > cfg.Retry.MaxRetries || !c.body.Replayable() || (rt != nil && !rt.left()) {
 			return c.result(resp, err)
 		}
 		// A Retry-After is the answering server's: a retry sent to another
@@ -104,7 +111,7 @@ func (l *retryLoop) run(now time.Time) (*http.Response, error) {
 		waitFrom := time.Now()
 		wakeAt := waitFrom.Add(wait)
 		waited = wait
-		if c.cfg.observed() || c.wantsReport() {
+		if c.cfg.observed || c.wantsReport() {
 			e := Event{Kind: EventRetry, Attempt: n, Delay: wait, Err: err}
 			if resp != nil {
 				e.StatusCode = resp.StatusCode

@@ -26,7 +26,9 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 	}
 	c := &call{h: h, cfg: cfg, s: h.stateFor(req), base: base, req: req}
 	c.owner = c
-	c.body.Hold(req.Body) // closed at the end if no attempt sends it
+	if c.hasBody() {
+		c.body.Hold(req.Body) // closed at the end if no attempt sends it
+	}
 	c.attemptLimit, c.totalLimit = max(0, cfg.AttemptTimeout), max(0, cfg.TotalTimeout)
 	if o := overridesFrom(req.Context()); o != nil {
 		c.over = o
@@ -46,8 +48,10 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 	}
 	queued, err := c.admit()
 	if err != nil {
-		c.body.Close()
-		c.ended(now, nil, err)
+		c.closeBody()
+		if c.heard() {
+			c.ended(now, nil, err)
+		}
 		c.finish()
 		return nil, err
 	}
@@ -62,8 +66,10 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 		l := retryLoop{c: c}
 		resp, err = l.run(first)
 	}
-	c.body.Close()
-	c.ended(now, resp, err)
+	c.closeBody()
+	if c.heard() {
+		c.ended(now, resp, err)
+	}
 	if err != nil {
 		c.finish()
 		if cfg.Fallback.Enabled {
