@@ -159,12 +159,11 @@ func WithRetryable(ctx context.Context, retryable bool) context.Context {
 }
 
 // WithAttemptTimeout returns a context whose requests have d as their
-// attempt timeout instead of AttemptTimeout; a negative d turns it off.
-// A timeout asked for one call is strict: each attempt is cut at d,
-// whether or not another overtook it (Options.StrictAttemptTimeout).
-// Where TotalTimeout is a default, their total timeout is at least 3 × d,
-// as an Options.AttemptTimeout of d would make it; an explicit
-// TotalTimeout, or WithTotalTimeout, still bounds their attempts.
+// attempt timeout instead of AttemptTimeout, strict as with
+// StrictAttemptTimeout; a negative d turns it off. Where TotalTimeout is a
+// default, their total timeout is at least 3 × d, as an
+// Options.AttemptTimeout of d would make it; an explicit TotalTimeout, or
+// WithTotalTimeout, still bounds their attempts.
 func WithAttemptTimeout(ctx context.Context, d time.Duration) context.Context {
 	return withOverride(ctx, func(o *overrides) { o.attempt, o.hasAttempt = d, true })
 }

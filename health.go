@@ -15,11 +15,9 @@ type Health struct {
 }
 
 // HandlerHealth is one handler's part of a Health report: its circuit
-// (closed, half-open, open or isolated), the reason it opened while it is
-// not closed, with PerHost or Endpoints each host's circuit, and its
-// overload limiter's OverloadStats: the handler's own in Overload, or with
-// PerHost or Endpoints each host's in OverloadByHost, keyed as Hosts is;
-// neither while the limiter is off.
+// (closed, half-open, open or isolated), why it opened while not closed,
+// and its overload limiter's OverloadStats while the limiter is on. With
+// PerHost or Endpoints, Hosts and OverloadByHost hold each host's.
 type HandlerHealth struct {
 	Circuit        string                   `json:"circuit"`
 	Reason         string                   `json:"reason,omitempty"`

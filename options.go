@@ -39,20 +39,13 @@ type Options struct {
 	CircuitBreaker CircuitBreakerOptions // the circuit breaker, on by default
 
 	// AttemptTimeout bounds each attempt until its response headers arrive,
-	// at most TotalTimeout. An attempt that reaches it is cut short, to be
-	// retried, once the upstream has answered one sent a quarter of it
-	// later: it is stuck (a lost connection, a hung request). One that
-	// nothing has overtaken is queued behind the others and waits on, up to
-	// TotalTimeout: cut short, it would still be served, to nobody, and its
-	// retry would queue again (docs/overload.md). Default 10s, or an
+	// at most TotalTimeout. One past it is cut, to be retried, once an
+	// attempt sent a quarter of it later is answered; until then it is
+	// queued upstream and waits on (docs/overload.md). Default 10s, or an
 	// explicit TotalTimeout or half an explicit
 	// CircuitBreaker.SamplingDuration if shorter; negative turns it off.
-	AttemptTimeout time.Duration
-
-	// StrictAttemptTimeout cuts every attempt short at AttemptTimeout,
-	// whether or not others overtook it, as Polly's timeout does; default
-	// false.
-	StrictAttemptTimeout bool
+	AttemptTimeout       time.Duration
+	StrictAttemptTimeout bool // cut every attempt at AttemptTimeout, as Polly does; default false
 
 	PerHost     PerHostOptions     // per-host isolation, off by default
 	Propagation PropagationOptions // the budget sent with each attempt, off by default

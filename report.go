@@ -9,10 +9,9 @@ import (
 // A Report says what happened to a call made with [WithReport]'s context,
 // every redirect http.Client follows included: Attempts and Waited add up,
 // flags are true if true for any hop, Outcome, StatusCode and the strings
-// are the last hop's. It is complete when RoundTrip returns: reading the
-// body later changes nothing in it (a body read that the total timeout
-// cuts fails with ErrTotalTimeout, and Outcome still says how the call
-// ended when RoundTrip returned).
+// are the last hop's. It is complete when RoundTrip returns: a body read
+// the total timeout cuts later fails with ErrTotalTimeout, and changes
+// nothing in it.
 type Report struct {
 	Outcome         Outcome       // why the call ended
 	StatusCode      int           // the status of the response the call ended on; 0 for none
