@@ -25,14 +25,15 @@ n=${N:-30000}
 bin=$(mktemp -d)/bench.test
 go test -c -o "$bin" .
 
-# ir BENCH N: the instructions callgrind collected for N ops of BENCH. A run
-# can die of SIGILL: valgrind does not decode RDTSCP, which runtime.cputicks
-# executes when a runtime lock spins (sysmon's, now and then); such a run is
-# repeated, up to 5 times.
+# ir BENCH N: the instructions callgrind collected for N ops of BENCH.
+# valgrind does not decode RDTSCP, which runtime.cputicks executes when a
+# runtime lock spins (sysmon's, and every loopback call's timers): the
+# runtime is told not to use it (GODEBUG cpu.rdtscp=off), and a run that
+# dies anyway is repeated, up to 5 times.
 ir() {
 	local out i
 	for i in 1 2 3 4 5; do
-		if out=$(GOGC=off GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+		if out=$(GOGC=off GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off GOMAXPROCS=1 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
 			"$bin" -test.run '^$' -test.bench "$1" -test.benchtime "${2}x" 2>&1); then
 			awk '/Collected/ {print $4}' <<<"$out"
 			return

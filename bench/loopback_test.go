@@ -65,7 +65,7 @@ func BenchmarkLoopback(b *testing.B) {
 	defer srv.Close()
 
 	for _, conc := range []int{1, 16} {
-		for _, p := range append(slices.Clone(peers), limiterOffPeer) {
+		for _, p := range append(slices.Clone(peers), limiterOffPeer, deadlinePeer) {
 			b.Run(fmt.Sprintf("conc=%d/peer=%s", conc, p.name), func(b *testing.B) {
 				base := loopbackTransport()
 				defer base.CloseIdleConnections()

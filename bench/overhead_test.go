@@ -12,7 +12,7 @@ import (
 // in-memory base, one request at a time: what a peer adds to a call whose
 // upstream answers at once.
 func BenchmarkOverhead(b *testing.B) {
-	for _, p := range append(slices.Clone(peers), limiterOffPeer) {
+	for _, p := range append(slices.Clone(peers), limiterOffPeer, deadlinePeer) {
 		b.Run("peer="+p.name, func(b *testing.B) {
 			sequential(b, mustClient(b, p, memBase{}, resilience.Options{}))
 		})

@@ -44,6 +44,15 @@ var limiterOffPeer = peer{"resilience-limiter-off", func(base http.RoundTripper,
 	return newResilience(base, o)
 }}
 
+// deadlinePeer is the base alone behind an http.Client whose Timeout is the
+// standard handler's total timeout: each request carries a deadline, as a
+// production call does and as the handler gives every call. Issue 31's
+// loopback target compares the handler with it, not with a call that has
+// no deadline at all.
+var deadlinePeer = peer{"bare-deadline", func(base http.RoundTripper, _ resilience.Options) (*http.Client, error) {
+	return &http.Client{Transport: base, Timeout: 30 * time.Second}, nil
+}}
+
 // newBare is the base alone, behind a plain http.Client.
 func newBare(base http.RoundTripper, _ resilience.Options) (*http.Client, error) {
 	return &http.Client{Transport: base}, nil
