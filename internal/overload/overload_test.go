@@ -1,0 +1,358 @@
+package overload
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package if a test leaves a goroutine behind: a waiter
+// that never got its slot, or its timer.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testClock is an injected clock for the limiter's arithmetic.
+type testClock struct{ t time.Time }
+
+func (c *testClock) now() time.Time          { return c.t }
+func (c *testClock) advance(d time.Duration) { c.t = c.t.Add(d) }
+func newTestClock() *testClock               { return &testClock{t: time.Unix(1_000_000, 0)} }
+func testOptions(min, initial int) Options {
+	return Options{MinLimit: min, MaxLimit: 100, InitialLimit: initial, MaxQueue: 2}
+}
+
+func TestLimiterTriesUpToTheLimit(t *testing.T) {
+	l := New(testOptions(1, 3), time.Now)
+	var slots []Slot
+	for range 3 {
+		s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		require.NoError(t, err)
+		slots = append(slots, s)
+	}
+	_, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	var oe *Refusal
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, 3, oe.Limit)
+	assert.Equal(t, 3, oe.InFlight)
+	assert.Contains(t, err.Error(), "limit 3")
+
+	slots[0].End(Answered, time.Millisecond)
+	s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	require.NoError(t, err, "a released slot is free again")
+	s.End(Dropped, 0)
+	for _, s := range slots[1:] {
+		s.End(Dropped, 0)
+	}
+	st := l.Stats()
+	assert.Equal(t, 0, st.InFlight)
+	assert.Equal(t, uint64(1), st.Refused)
+	assert.Equal(t, time.Millisecond, st.Latency)
+	Slot{}.End(Answered, 0) // the zero slot holds nothing
+}
+
+func TestLimiterQueuesFirstAttemptsInOrder(t *testing.T) {
+	l := New(testOptions(1, 1), time.Now)
+	held, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	require.NoError(t, err)
+
+	got := make(chan int, 2)
+	slots := make(chan Slot, 2)
+	for i := range 2 {
+		go func() {
+			s, err := l.Acquire(context.Background(), time.Minute, time.Time{}, 1, time.Now())
+			if err == nil {
+				got <- i
+				slots <- s
+			}
+		}()
+		require.Eventually(t, func() bool { return l.Stats().Queued == i+1 }, time.Second, time.Millisecond)
+	}
+	_, err = l.Acquire(context.Background(), time.Minute, time.Time{}, 1, time.Now())
+	require.ErrorAs(t, err, new(*Refusal), "the queue holds MaxQueue")
+
+	held.End(Answered, time.Millisecond)
+	assert.Equal(t, 0, <-got, "first come, first served")
+	(<-slots).End(Answered, time.Millisecond)
+	assert.Equal(t, 1, <-got)
+	(<-slots).End(Answered, time.Millisecond)
+	assert.Equal(t, 0, l.Stats().InFlight)
+}
+
+func TestLimiterWaitEnds(t *testing.T) {
+	l := New(testOptions(1, 1), time.Now)
+	held, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	require.NoError(t, err)
+	defer held.End(Dropped, 0)
+
+	_, err = l.Acquire(context.Background(), time.Millisecond, time.Time{}, 1, time.Now())
+	var oe *Refusal
+	require.ErrorAs(t, err, &oe)
+	assert.Positive(t, oe.Waited)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = l.Acquire(ctx, time.Minute, time.Time{}, 1, time.Now())
+	assert.ErrorIs(t, err, context.Canceled, "the caller left: its reason, not overload")
+	assert.False(t, errors.As(err, new(*Refusal)))
+	assert.Equal(t, 0, l.Stats().Queued)
+}
+
+// The loss cap: cut to lossFactor of the peak in flight, at most once per
+// window, never under MinLimit; +1/cap per success (a quarter of that
+// while losses are congestion), lifted over MaxLimit.
+func TestLossCapArithmetic(t *testing.T) {
+	clock := newTestClock()
+	l := New(testOptions(2, 20), clock.now)
+	var slots []Slot
+	for range 10 {
+		s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		require.NoError(t, err)
+		slots = append(slots, s)
+	}
+	assert.True(t, math.IsInf(l.lossCap, 1), "no loss, no cap")
+
+	l.lossRate = 1 // an upstream that has lost every recent attempt
+	slots[0].End(Loss, 0)
+	assert.InDelta(t, 9*0.9, l.lossCap, 1e-9, "held at the 9 left in flight, then 0.9 of that: relative to what was in flight, not to the initial limit")
+	assert.Equal(t, 8, l.Stats().Limit)
+	slots[1].End(Timeout, 200*time.Millisecond)
+	assert.InDelta(t, 8, l.lossCap, 1e-9, "held at the 8 left; no cut within the window")
+
+	clock.advance(lossWindow)
+	slots[2].End(Loss, 0)
+	assert.InDelta(t, 7*0.9, l.lossCap, 1e-9, "held at 7, cut once the window passed")
+	for _, s := range slots[3:] {
+		s.End(Dropped, 0)
+	}
+	for range 30 {
+		clock.advance(lossWindow)
+		s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		require.NoError(t, err)
+		s.End(Loss, 0)
+	}
+	assert.InDelta(t, 2, l.lossCap, 1e-9, "never under MinLimit")
+
+	s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	require.NoError(t, err)
+	s.End(Answered, time.Millisecond)
+	assert.InDelta(t, 2+congestedGrowth/2, l.lossCap, 1e-9, "a quarter of 1/cap per success while losses are congestion")
+	l.lossRate = 0 // the losses have stopped
+	capBefore := l.lossCap
+	s, err = l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	require.NoError(t, err)
+	s.End(Answered, time.Millisecond)
+	assert.InDelta(t, capBefore+1/capBefore, l.lossCap, 1e-9, "+1/cap per success otherwise")
+	for l.lossCap < 100 {
+		s, _ := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		s.End(Answered, time.Millisecond)
+	}
+	assert.True(t, math.IsInf(l.lossCap, 1), "lifted once over MaxLimit")
+
+	before := l.lossCap
+	clock.advance(lossWindow)
+	s, _ = l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	s.End(Dropped, 0)
+	assert.Equal(t, before, l.lossCap, "a dropped attempt says nothing")
+}
+
+func TestStateChangesOnce(t *testing.T) {
+	clock := newTestClock()
+	l := New(testOptions(1, 1), clock.now)
+	now, changed := l.Overloaded()
+	assert.False(t, now)
+	assert.False(t, changed)
+
+	held, _ := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	for range 3 {
+		_, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		require.ErrorAs(t, err, new(*Refusal))
+	}
+	now, changed = l.Overloaded()
+	assert.True(t, now)
+	assert.True(t, changed)
+	now, changed = l.Overloaded()
+	assert.True(t, now)
+	assert.False(t, changed, "one change, however many refusals")
+
+	held.End(Answered, time.Millisecond)
+	clock.advance(quietAfter)
+	now, changed = l.Overloaded()
+	assert.False(t, now)
+	assert.True(t, changed)
+}
+
+// Losses at random are not congestion: 20% of attempts lost never cut the
+// cap; 50% cut it at first, and once the base has learnt that the losses
+// stay whatever the cap does, it cuts no more and grows back. Losses that
+// rise from a low base are congestion, and cut.
+func TestLossCapToleratesRandomLoss(t *testing.T) {
+	clock := newTestClock()
+	l := New(testOptions(2, 20), clock.now)
+	feedAt(t, l, clock, 5000, 1, 5)
+	assert.True(t, math.IsInf(l.lossCap, 1), "a fifth of attempts lost: no cut")
+	assert.InDelta(t, 0.2, l.lossBase, 0.05)
+
+	l = New(testOptions(2, 20), clock.now)
+	feedAt(t, l, clock, 200, 1, 2)
+	assert.False(t, math.IsInf(l.lossCap, 1), "half of attempts lost, from nothing: congestion")
+	l.mu.Lock()
+	assert.True(t, l.sheddingLocked(), "retries only try")
+	l.mu.Unlock()
+	cut := l.lossCap
+	feedAt(t, l, clock, 3000, 1, 2)
+	assert.Greater(t, l.lossCap, 4*cut, "half lost for 3000 attempts whatever the cap: no more cuts, and +1/cap per success")
+	l.mu.Lock()
+	assert.False(t, l.sheddingLocked(), "retries wait for a slot again")
+	l.mu.Unlock()
+
+	l = New(testOptions(2, 20), clock.now)
+	feedAt(t, l, clock, 5000, 1, 20)
+	feedAt(t, l, clock, 100, 1, 1)
+	assert.False(t, math.IsInf(l.lossCap, 1), "from 5% to every attempt lost: congestion")
+}
+
+// feedAt releases n attempts, each sent with k in flight (k-1 others
+// counted beside it, whatever the limit), every one in every lost, one
+// lossWindow apart.
+func feedAt(t *testing.T, l *Limiter, clock *testClock, n, k, every int) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		clock.advance(lossWindow)
+		l.mu.Lock()
+		l.inflight += k - 1
+		s := l.slot(l.takeLocked(), time.Now())
+		l.mu.Unlock()
+		if i%every == 0 {
+			s.End(Loss, 0)
+		} else {
+			s.End(Answered, time.Millisecond)
+		}
+		l.mu.Lock()
+		l.inflight -= k - 1
+		l.mu.Unlock()
+	}
+}
+
+// Losses that come with concurrency are congestion even when they are few
+// overall: attempts sent with more than MinLimit in flight lost one time in
+// three, those sent with fewer never. Losses as frequent at either level
+// are not, however high.
+func TestLossCapReadsLossAgainstConcurrency(t *testing.T) {
+	clock := newTestClock()
+	l := New(testOptions(4, 20), clock.now)
+	for range 10 {
+		feedAt(t, l, clock, 20, 2, 1<<30) // at 2 in flight: none lost
+		feedAt(t, l, clock, 20, 10, 3)    // at 10: a third lost
+	}
+	l.mu.Lock()
+	assert.Less(t, l.lossRate, lossFloor, "too few losses overall for the rate alone")
+	assert.True(t, l.congestedLocked(), "lost at 10 in flight, never at 2")
+	l.mu.Unlock()
+
+	l = New(testOptions(4, 20), clock.now)
+	for range 10 {
+		feedAt(t, l, clock, 20, 2, 3)
+		feedAt(t, l, clock, 20, 10, 3)
+	}
+	l.mu.Lock()
+	assert.False(t, l.congestedLocked(), "a third lost at either level: random, not congestion")
+	l.mu.Unlock()
+	assert.True(t, math.IsInf(l.lossCap, 1))
+}
+
+// Every successful attempt is a latency sample while the upstream answers
+// fewer than latencySamples a second; above that rate one in so many is,
+// about latencySamples a second, and the others still count in flight.
+func TestLimiterSamplesLatencyAtHighRates(t *testing.T) {
+	l := New(testOptions(1, 3), time.Now)
+	at := time.Unix(1_000_000, 0)
+	sampled := func(n int, over time.Duration) (k int) {
+		for i := range n {
+			l.mu.Lock()
+			if l.sampleLocked(at.Add(over * time.Duration(i) / time.Duration(n))) {
+				k++
+			}
+			l.mu.Unlock()
+		}
+		at = at.Add(over)
+		return k
+	}
+	assert.Equal(t, 100, sampled(100, time.Second), "100 a second: every one")
+	assert.Equal(t, 10_000, sampled(10_000, time.Second), "the stride follows the second before: 100 a second set 1")
+	got := sampled(10_000, time.Second)
+	assert.InDelta(t, latencyFloor+latencySamples, got, latencySamples/10, "10,000 a second: latencyFloor, then about latencySamples")
+	got = sampled(100, time.Second)
+	assert.GreaterOrEqual(t, got, latencyFloor, "the second after a fast one keeps latencyFloor at least")
+	assert.Less(t, got, 100, "thinned by the stride of the fast second")
+	assert.Equal(t, 100, sampled(100, time.Second), "and back to every one")
+
+	// Unsampled or not, every attempt holds a permit of the latency limiter
+	// while in flight.
+	m := l.latency.(interface{ Inflight() int })
+	var slots []Slot
+	for range 3 {
+		s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		require.NoError(t, err)
+		slots = append(slots, s)
+	}
+	assert.Equal(t, 3, m.Inflight())
+	for _, s := range slots {
+		s.Release(Answered)
+	}
+	assert.Equal(t, 0, m.Inflight())
+}
+
+// The limit read on every attempt is the latency limiter's, kept by its
+// listener: once the limiter moves its limit (after 50 samples, here
+// down towards 5 times the one attempt ever in flight), the cached one
+// follows.
+func TestLimiterFollowsTheLatencyLimit(t *testing.T) {
+	l := New(Options{MinLimit: 1, MaxLimit: 100, InitialLimit: 40, MaxQueue: 2}, time.Now)
+	assert.EqualValues(t, 40, l.latencyLimit.Load())
+	for range 60 {
+		s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		require.NoError(t, err)
+		s.End(Answered, time.Millisecond)
+	}
+	require.NotEqual(t, 40, l.latency.Limit(), "the latency limiter moved its limit")
+	assert.EqualValues(t, l.latency.Limit(), l.latencyLimit.Load())
+	assert.False(t, l.limitMoved.Load())
+	assert.Equal(t, max(l.latency.Limit(), 1), l.Stats().Limit)
+}
+
+// Issue 31: a call waits for a slot as long as it could still be answered
+// in time: up to its deadline less the recent time to headers, not a fixed
+// MaxQueueWait that refuses calls a bare client would have had served. One
+// with less time left than that is refused at once: sent, it would be
+// served to nobody.
+func TestLimiterWaitsWhileTheCallCanStillBeAnswered(t *testing.T) {
+	l := New(testOptions(1, 1), time.Now)
+	held, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	require.NoError(t, err)
+	l.mu.Lock()
+	l.srtt = 200 * time.Millisecond // the recent time to headers
+	l.mu.Unlock()
+
+	start := time.Now()
+	_, err = l.Acquire(context.Background(), time.Hour, start.Add(150*time.Millisecond), 1, start)
+	var oe *Refusal
+	require.ErrorAs(t, err, &oe, "150 ms left, 200 ms to headers: refused")
+	assert.Zero(t, oe.Waited, "at once")
+
+	got := make(chan error, 1)
+	go func() {
+		s, err := l.Acquire(context.Background(), time.Hour, time.Now().Add(10*time.Second), 1, time.Now())
+		if err == nil {
+			s.End(Dropped, 0)
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool { return l.Stats().Queued == 1 }, 5*time.Second, time.Millisecond, "time enough: it waits")
+	held.End(Dropped, 0)
+	require.NoError(t, <-got, "and gets the slot")
+}
