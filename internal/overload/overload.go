@@ -207,11 +207,11 @@ type Slot struct {
 
 // Held reports whether s holds a slot of a limiter: it is not the zero
 // Slot.
-func (s Slot) Held() bool { return s.l != nil }
+func (s *Slot) Held() bool { return s.l != nil }
 
 // At is when s's attempt got its slot: the now given to Acquire, or the
 // end of its wait.
-func (s Slot) At() time.Time { return s.at }
+func (s *Slot) At() time.Time { return s.at }
 
 // Acquire takes a slot for attempt n of its call. An attempt given a wait
 // > 0 waits in the queue up to wait (and, when until is not zero, until
@@ -334,13 +334,13 @@ const (
 const rttEvery = 4
 
 // Release ends s's hold with the attempt's outcome.
-func (s Slot) Release(o Outcome) {
+func (s *Slot) Release(o Outcome) {
 	s.End(o, -1)
 }
 
 // End is Release, with rtt the attempt's time to headers; -1 has End
 // measure it, for one in rttEvery successful attempts.
-func (s Slot) End(o Outcome, rtt time.Duration) {
+func (s *Slot) End(o Outcome, rtt time.Duration) {
 	l := s.l
 	if l == nil {
 		return

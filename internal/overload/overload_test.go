@@ -52,7 +52,8 @@ func TestLimiterTriesUpToTheLimit(t *testing.T) {
 	assert.Equal(t, 0, st.InFlight)
 	assert.Equal(t, uint64(1), st.Refused)
 	assert.Equal(t, time.Millisecond, st.Latency)
-	Slot{}.End(Answered, 0) // the zero slot holds nothing
+	var zero Slot
+	zero.End(Answered, 0) // the zero slot holds nothing
 }
 
 func TestLimiterQueuesFirstAttemptsInOrder(t *testing.T) {
@@ -77,9 +78,11 @@ func TestLimiterQueuesFirstAttemptsInOrder(t *testing.T) {
 
 	held.End(Answered, time.Millisecond)
 	assert.Equal(t, 0, <-got, "first come, first served")
-	(<-slots).End(Answered, time.Millisecond)
+	s := <-slots
+	s.End(Answered, time.Millisecond)
 	assert.Equal(t, 1, <-got)
-	(<-slots).End(Answered, time.Millisecond)
+	s = <-slots
+	s.End(Answered, time.Millisecond)
 	assert.Equal(t, 0, l.Stats().InFlight)
 }
 
