@@ -13,6 +13,8 @@ import (
 
 	"github.com/failsafe-go/failsafe-go/bulkhead"
 	"github.com/failsafe-go/failsafe-go/ratelimiter"
+
+	"github.com/resilienthttp/resilience/internal/overload"
 )
 
 // admit takes a concurrency permit, waiting in the queue if there is room
@@ -305,18 +307,10 @@ func (h *Handler) OverloadStats() map[string]OverloadStats {
 			if out == nil {
 				out = make(map[string]OverloadStats, len(states))
 			}
-			out[s.host] = l.stats()
+			out[s.host] = OverloadStats(l.Stats()) // the same fields
 		}
 	}
 	return out
-}
-
-// stats is the limiter's state now, for OverloadStats.
-func (l *overloadLimiter) stats() OverloadStats {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return OverloadStats{Limit: l.limitLocked(), InFlight: l.inflight, Queued: len(l.waiters), Latency: l.srtt, Refused: l.refused,
-		Overloaded: !l.refusedAt.IsZero() && l.now().Sub(l.refusedAt) < quietAfter}
 }
 
 // OverloadError is why the overload limiter refused a call, at its limit
@@ -328,10 +322,7 @@ type OverloadError struct {
 	Waited   time.Duration // how long the call waited for a slot
 }
 
-func (e *OverloadError) Error() string {
-	return fmt.Sprintf("resilience: upstream overloaded: %d attempts in flight, limit %d, latency %v, waited %v",
-		e.InFlight, e.Limit, e.Latency.Round(time.Microsecond), e.Waited.Round(time.Microsecond))
-}
+func (e *OverloadError) Error() string { return (*overload.Refusal)(e).Error() }
 
 // Is reports whether target is ErrOverloaded.
 func (e *OverloadError) Is(target error) bool { return target == ErrOverloaded }
@@ -340,30 +331,33 @@ func (e *OverloadError) Is(target error) bool { return target == ErrOverloaded }
 // limiter is on: at now, unless it waits for one. A first attempt, or a
 // retry while the limiter is not shedding, waits for one (a.queue), at
 // most MaxQueueWait and never past the call's deadline less the recent
-// time to headers (overloadLimiter.acquire); a hedge only
+// time to headers (overload.Limiter.Acquire); a hedge only
 // tries. A refusal is reported (EventOverloadShed, to a.rec: record) and
 // returned: an *OverloadError, or the attempt context's error if the
 // caller left while waiting.
-func (a *attempt) takeSlot(now time.Time) (overloadSlot, error) {
+func (a *attempt) takeSlot(now time.Time) (overload.Slot, error) {
 	c, s, n := a.c, a.s, a.n
-	l := s.policies.Load().overload
+	p := s.policies.Load()
+	l := p.overload
 	if l == nil {
-		return overloadSlot{}, nil
+		return overload.Slot{}, nil
 	}
 	var wait time.Duration
 	var until time.Time
 	if a.queue {
-		wait, until = l.opts.MaxQueueWait, c.deadline()
+		wait, until = p.ov.MaxQueueWait, c.deadline()
 	}
-	slot, err := l.acquire(a.ctx, wait, until, n, now)
-	if err == nil && !l.reported.Load() {
+	slot, err := l.Acquire(a.ctx, wait, until, n, now)
+	if err == nil && !l.Reported() {
 		return slot, nil // only a refusal starts the overloaded state, and it ends only once started
 	}
 	var oe *OverloadError
-	if errors.As(err, &oe) {
+	if r, ok := err.(*overload.Refusal); ok {
+		oe = (*OverloadError)(r) // the same fields
+		err = oe
 		c.record(a.rec, Event{Kind: EventOverloadShed, Host: s.host, Attempt: n, Err: oe})
 	}
-	if now, changed := l.overloaded(); changed {
+	if now, changed := l.Overloaded(); changed {
 		kind := EventOverloadEnded
 		if now {
 			kind = EventOverloaded
@@ -377,37 +371,27 @@ func (a *attempt) takeSlot(now time.Time) (overloadSlot, error) {
 	return slot, err
 }
 
-// overloadOutcome is what an attempt's end tells the limiter.
-type overloadOutcome int
-
-const (
-	overloadAnswered overloadOutcome = iota // response headers: a latency sample
-	overloadLoss                            // 503, 429, refused connection: the cap shrinks; no latency sample
-	overloadTimeout                         // the attempt timed out: the cap shrinks, and its duration is the sample
-	overloadDropped                         // the caller or the call gave up, or the request failed: says nothing
-)
-
 // overloadOutcome is what an attempt that ended with resp and err (fired: the
 // deadline that cut it, if any; held: it outlived its limit, queued behind
 // others) tells the overload limiter. One held until the call ended timed
 // out as surely as one cut at its limit.
-func (c *call) overloadOutcome(resp *http.Response, err, fired error, held bool) overloadOutcome {
+func (c *call) overloadOutcome(resp *http.Response, err, fired error, held bool) overload.Outcome {
 	switch {
 	case fired == ErrAttemptTimeout:
-		return overloadTimeout
+		return overload.Timeout
 	case held && err != nil:
-		return overloadTimeout
+		return overload.Timeout
 	case fired != nil || c.callerLeft() != nil:
-		return overloadDropped
+		return overload.Dropped
 	case err != nil:
 		if errors.Is(err, syscall.ECONNREFUSED) {
-			return overloadLoss
+			return overload.Loss
 		}
-		return overloadDropped
+		return overload.Dropped
 	case resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests:
-		return overloadLoss
+		return overload.Loss
 	}
-	return overloadAnswered
+	return overload.Answered
 }
 
 // overloadFailure is the error of a call whose first attempt the limiter

@@ -11,6 +11,7 @@ import (
 
 	"github.com/resilienthttp/resilience/internal/budget"
 	"github.com/resilienthttp/resilience/internal/httpbody"
+	"github.com/resilienthttp/resilience/internal/overload"
 )
 
 // An attempt is one sending of a call's request: where it goes, what it
@@ -104,8 +105,8 @@ func (a *attempt) send(now time.Time) outcome {
 		a.s.circuit.ReleaseProbe(a.probe) // nothing was sent
 		return outcome{err: err, kind: outcomeShed}
 	}
-	if slot.l != nil {
-		now = slot.at // the attempt's deadline runs from the end of its wait for a slot
+	if slot.Held() {
+		now = slot.At() // the attempt's deadline runs from the end of its wait for a slot
 	}
 	if a.ownBody {
 		// The request's body, taken from the call; read ahead the first
@@ -120,14 +121,14 @@ func (a *attempt) send(now time.Time) outcome {
 		}
 		if err != nil {
 			a.settle()
-			slot.release(overloadDropped)
+			slot.Release(overload.Dropped)
 			a.s.circuit.ReleaseProbe(a.probe) // the request's own failure
 			return outcome{err: err, kind: outcomeFault}
 		}
 	}
 	if a.sent != nil && !a.sent.CompareAndSwap(0, now.UnixNano()) { // the race ended while it queued: never sent
 		a.unsent()
-		slot.release(overloadDropped)
+		slot.Release(overload.Dropped)
 		a.s.circuit.ReleaseProbe(a.probe)
 		return outcome{kind: outcomeAbandoned}
 	}
@@ -160,12 +161,12 @@ func (a *attempt) send(now time.Time) outcome {
 		a.dl.mu.Unlock()
 	}
 	left := err != nil && fired == nil && (context.Cause(ctx) != nil || c.callerLeft() != nil)
-	if slot.l != nil {
+	if slot.Held() {
 		o := c.overloadOutcome(resp, err, fired, held)
-		if left || (o == overloadLoss && requestFault(sent, err) != nil) {
-			o = overloadDropped
+		if left || (o == overload.Loss && requestFault(sent, err) != nil) {
+			o = overload.Dropped
 		}
-		slot.release(o)
+		slot.Release(o)
 	}
 	if c.cfg.observed {
 		a.ended(now, resp, err, fired)

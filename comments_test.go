@@ -13,7 +13,7 @@ import (
 )
 
 // A comment or a document that points to code by a file's name, as
-// "(deadline.go)" or "(overloadlimit.go, latencySamples)", must name a file
+// "(deadline.go)" or "(hoststate.go, newPolicies)", must name a file
 // of this repository, and the name that follows, when there is one, must be
 // declared or used in that file: files are merged and renamed, and a
 // pointer nobody checks goes stale.

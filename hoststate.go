@@ -9,6 +9,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/ratelimiter"
 
 	"github.com/resilienthttp/resilience/internal/breaker"
+	"github.com/resilienthttp/resilience/internal/overload"
 )
 
 // A hostState is what one upstream keeps between calls: its circuit
@@ -35,7 +36,7 @@ type hostState struct {
 type policies struct {
 	bulkhead bulkhead.Bulkhead[any]       // nil when disabled
 	limiter  ratelimiter.RateLimiter[any] // nil without a rate
-	overload *overloadLimiter             // nil when Overload is off (overloadlimit.go)
+	overload *overload.Limiter            // nil when Overload is off
 	rl       RateLimitOptions
 	ov       OverloadOptions
 }
@@ -62,7 +63,7 @@ func newPolicies(cfg *config, old *policies) *policies {
 	} else if !p.ov.Disabled {
 		// A new limiter learns afresh; the attempts holding the old one's
 		// slots give them back to it.
-		p.overload = newOverloadLimiter(p.ov, time.Now)
+		p.overload = overload.New(overloadOptionsOf(p.ov), time.Now)
 	}
 	rl, was := p.rl, old.rl
 	if rl.Disabled == was.Disabled && rl.MaxConcurrent == was.MaxConcurrent {
@@ -117,6 +118,12 @@ func (s *hostState) abandonProbe(n uint64, err error) {
 	if n != 0 {
 		s.circuit.AbandonProbe(n, describe(nil, fmt.Errorf("half-open probe abandoned: %w", err), nil))
 	}
+}
+
+// overloadOptionsOf is what the overload limiter is built from: ov
+// without what the handler reads itself (Disabled, MaxQueueWait).
+func overloadOptionsOf(ov OverloadOptions) overload.Options {
+	return overload.Options{MinLimit: ov.MinLimit, MaxLimit: ov.MaxLimit, InitialLimit: ov.InitialLimit, MaxQueue: ov.MaxQueue}
 }
 
 func breakerOptionsOf(cfg *config) breaker.Options {

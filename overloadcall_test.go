@@ -63,7 +63,7 @@ func TestOverloadQueuesABurst(t *testing.T) {
 	<-arrived
 	<-arrived
 	h := c.tr.Handler()
-	require.Eventually(t, func() bool { return h.shared.policies.Load().overload.stats().Queued == 3 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return h.shared.policies.Load().overload.Stats().Queued == 3 }, 5*time.Second, time.Millisecond)
 	assert.EqualValues(t, 2, u.requests.Load(), "two in flight, the rest queued")
 	close(release)
 	wg.Wait()
@@ -130,9 +130,8 @@ func TestOverloadRefusesWhenItCannotWait(t *testing.T) {
 	// The caller's deadline bounds the wait, whatever MaxQueueWait says.
 	o = overloadTestOptions(1)
 	c2 := newTestClient(t, o)
-	c2.tr.Handler().shared.policies.Load().overload.mu.Lock()
-	c2.tr.Handler().shared.policies.Load().overload.inflight = 1 // a slot taken
-	c2.tr.Handler().shared.policies.Load().overload.mu.Unlock()
+	_, err = c2.tr.Handler().shared.policies.Load().overload.Acquire(context.Background(), 0, time.Time{}, 1, time.Now()) // the only slot, taken
+	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -368,7 +367,7 @@ func TestOverloadUpdate(t *testing.T) {
 
 	close(release)
 	require.NoError(t, <-held)
-	assert.Zero(t, old.stats().InFlight, "the held attempt gave its slot back to the old limiter")
+	assert.Zero(t, old.Stats().InFlight, "the held attempt gave its slot back to the old limiter")
 	assert.Zero(t, h.OverloadStats()[""].InFlight, "and took none from the new one")
 
 	o.Overload.Disabled = true

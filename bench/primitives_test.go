@@ -28,7 +28,7 @@ var sinkContext context.Context
 // added time (issue 20's success-path target; bench/README.md).
 func BenchmarkPrimitives(b *testing.B) {
 	// A permit ended by Record, and one ended by Drop: what an attempt the
-	// handler gives no latency sample pays (overloadlimit.go, latencySamples).
+	// handler gives no latency sample pays (internal/overload, latencySamples).
 	for _, end := range []struct {
 		name string
 		end  func(adaptivelimiter.Permit)

@@ -1,16 +1,20 @@
-package resilience
+package overload
 
 import (
 	"context"
 	"errors"
 	"math"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
+
+// TestMain fails the package if a test leaves a goroutine behind: a waiter
+// that never got its slot, or its timer.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // testClock is an injected clock for the limiter's arithmetic.
 type testClock struct{ t time.Time }
@@ -18,228 +22,185 @@ type testClock struct{ t time.Time }
 func (c *testClock) now() time.Time          { return c.t }
 func (c *testClock) advance(d time.Duration) { c.t = c.t.Add(d) }
 func newTestClock() *testClock               { return &testClock{t: time.Unix(1_000_000, 0)} }
-func testOverloadOptions(min, initial int) OverloadOptions {
-	return OverloadOptions{MinLimit: min, MaxLimit: 100, InitialLimit: initial, MaxQueue: 2, MaxQueueWait: time.Second}
+func testOptions(min, initial int) Options {
+	return Options{MinLimit: min, MaxLimit: 100, InitialLimit: initial, MaxQueue: 2}
 }
 
-func TestOverloadLimiterTriesUpToTheLimit(t *testing.T) {
-	l := newOverloadLimiter(testOverloadOptions(1, 3), time.Now)
-	var slots []overloadSlot
+func TestLimiterTriesUpToTheLimit(t *testing.T) {
+	l := New(testOptions(1, 3), time.Now)
+	var slots []Slot
 	for range 3 {
-		s, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 		require.NoError(t, err)
 		slots = append(slots, s)
 	}
-	_, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
-	require.ErrorIs(t, err, ErrOverloaded)
-	var oe *OverloadError
+	_, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	var oe *Refusal
 	require.ErrorAs(t, err, &oe)
 	assert.Equal(t, 3, oe.Limit)
 	assert.Equal(t, 3, oe.InFlight)
 	assert.Contains(t, err.Error(), "limit 3")
 
-	slots[0].end(overloadAnswered, time.Millisecond)
-	s, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	slots[0].End(Answered, time.Millisecond)
+	s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err, "a released slot is free again")
-	s.end(overloadDropped, 0)
+	s.End(Dropped, 0)
 	for _, s := range slots[1:] {
-		s.end(overloadDropped, 0)
+		s.End(Dropped, 0)
 	}
-	st := l.stats()
+	st := l.Stats()
 	assert.Equal(t, 0, st.InFlight)
 	assert.Equal(t, uint64(1), st.Refused)
 	assert.Equal(t, time.Millisecond, st.Latency)
-	overloadSlot{}.end(overloadAnswered, 0) // the zero slot holds nothing
+	var zero Slot
+	zero.End(Answered, 0) // the zero slot holds nothing
 }
 
-func TestOverloadLimiterQueuesFirstAttemptsInOrder(t *testing.T) {
-	l := newOverloadLimiter(testOverloadOptions(1, 1), time.Now)
-	held, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+func TestLimiterQueuesFirstAttemptsInOrder(t *testing.T) {
+	l := New(testOptions(1, 1), time.Now)
+	held, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err)
 
 	got := make(chan int, 2)
-	slots := make(chan overloadSlot, 2)
+	slots := make(chan Slot, 2)
 	for i := range 2 {
 		go func() {
-			s, err := l.acquire(context.Background(), time.Minute, time.Time{}, 1, time.Now())
+			s, err := l.Acquire(context.Background(), time.Minute, time.Time{}, 1, time.Now())
 			if err == nil {
 				got <- i
 				slots <- s
 			}
 		}()
-		require.Eventually(t, func() bool { return l.stats().Queued == i+1 }, time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return l.Stats().Queued == i+1 }, time.Second, time.Millisecond)
 	}
-	_, err = l.acquire(context.Background(), time.Minute, time.Time{}, 1, time.Now())
-	require.ErrorIs(t, err, ErrOverloaded, "the queue holds MaxQueue")
+	_, err = l.Acquire(context.Background(), time.Minute, time.Time{}, 1, time.Now())
+	require.ErrorAs(t, err, new(*Refusal), "the queue holds MaxQueue")
 
-	held.end(overloadAnswered, time.Millisecond)
+	held.End(Answered, time.Millisecond)
 	assert.Equal(t, 0, <-got, "first come, first served")
-	(<-slots).end(overloadAnswered, time.Millisecond)
+	s := <-slots
+	s.End(Answered, time.Millisecond)
 	assert.Equal(t, 1, <-got)
-	(<-slots).end(overloadAnswered, time.Millisecond)
-	assert.Equal(t, 0, l.stats().InFlight)
+	s = <-slots
+	s.End(Answered, time.Millisecond)
+	assert.Equal(t, 0, l.Stats().InFlight)
 }
 
-func TestOverloadLimiterWaitEnds(t *testing.T) {
-	l := newOverloadLimiter(testOverloadOptions(1, 1), time.Now)
-	held, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+func TestLimiterWaitEnds(t *testing.T) {
+	l := New(testOptions(1, 1), time.Now)
+	held, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err)
-	defer held.end(overloadDropped, 0)
+	defer held.End(Dropped, 0)
 
-	_, err = l.acquire(context.Background(), time.Millisecond, time.Time{}, 1, time.Now())
-	var oe *OverloadError
+	_, err = l.Acquire(context.Background(), time.Millisecond, time.Time{}, 1, time.Now())
+	var oe *Refusal
 	require.ErrorAs(t, err, &oe)
 	assert.Positive(t, oe.Waited)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = l.acquire(ctx, time.Minute, time.Time{}, 1, time.Now())
+	_, err = l.Acquire(ctx, time.Minute, time.Time{}, 1, time.Now())
 	assert.ErrorIs(t, err, context.Canceled, "the caller left: its reason, not overload")
-	assert.False(t, errors.Is(err, ErrOverloaded))
-	assert.Equal(t, 0, l.stats().Queued)
+	assert.False(t, errors.As(err, new(*Refusal)))
+	assert.Equal(t, 0, l.Stats().Queued)
 }
 
 // The loss cap: cut to lossFactor of the peak in flight, at most once per
 // window, never under MinLimit; +1/cap per success (a quarter of that
 // while losses are congestion), lifted over MaxLimit.
-func TestOverloadLossCapArithmetic(t *testing.T) {
+func TestLossCapArithmetic(t *testing.T) {
 	clock := newTestClock()
-	l := newOverloadLimiter(testOverloadOptions(2, 20), clock.now)
-	var slots []overloadSlot
+	l := New(testOptions(2, 20), clock.now)
+	var slots []Slot
 	for range 10 {
-		s, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 		require.NoError(t, err)
 		slots = append(slots, s)
 	}
 	assert.True(t, math.IsInf(l.lossCap, 1), "no loss, no cap")
 
 	l.lossRate = 1 // an upstream that has lost every recent attempt
-	slots[0].end(overloadLoss, 0)
+	slots[0].End(Loss, 0)
 	assert.InDelta(t, 9*0.9, l.lossCap, 1e-9, "held at the 9 left in flight, then 0.9 of that: relative to what was in flight, not to the initial limit")
-	assert.Equal(t, 8, l.stats().Limit)
-	slots[1].end(overloadTimeout, 200*time.Millisecond)
+	assert.Equal(t, 8, l.Stats().Limit)
+	slots[1].End(Timeout, 200*time.Millisecond)
 	assert.InDelta(t, 8, l.lossCap, 1e-9, "held at the 8 left; no cut within the window")
 
 	clock.advance(lossWindow)
-	slots[2].end(overloadLoss, 0)
+	slots[2].End(Loss, 0)
 	assert.InDelta(t, 7*0.9, l.lossCap, 1e-9, "held at 7, cut once the window passed")
 	for _, s := range slots[3:] {
-		s.end(overloadDropped, 0)
+		s.End(Dropped, 0)
 	}
 	for range 30 {
 		clock.advance(lossWindow)
-		s, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 		require.NoError(t, err)
-		s.end(overloadLoss, 0)
+		s.End(Loss, 0)
 	}
 	assert.InDelta(t, 2, l.lossCap, 1e-9, "never under MinLimit")
 
-	s, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err)
-	s.end(overloadAnswered, time.Millisecond)
+	s.End(Answered, time.Millisecond)
 	assert.InDelta(t, 2+congestedGrowth/2, l.lossCap, 1e-9, "a quarter of 1/cap per success while losses are congestion")
 	l.lossRate = 0 // the losses have stopped
 	capBefore := l.lossCap
-	s, err = l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	s, err = l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err)
-	s.end(overloadAnswered, time.Millisecond)
+	s.End(Answered, time.Millisecond)
 	assert.InDelta(t, capBefore+1/capBefore, l.lossCap, 1e-9, "+1/cap per success otherwise")
 	for l.lossCap < 100 {
-		s, _ := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
-		s.end(overloadAnswered, time.Millisecond)
+		s, _ := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		s.End(Answered, time.Millisecond)
 	}
 	assert.True(t, math.IsInf(l.lossCap, 1), "lifted once over MaxLimit")
 
 	before := l.lossCap
 	clock.advance(lossWindow)
-	s, _ = l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
-	s.end(overloadDropped, 0)
+	s, _ = l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	s.End(Dropped, 0)
 	assert.Equal(t, before, l.lossCap, "a dropped attempt says nothing")
 }
 
-func TestOverloadStateChangesOnce(t *testing.T) {
+func TestStateChangesOnce(t *testing.T) {
 	clock := newTestClock()
-	l := newOverloadLimiter(testOverloadOptions(1, 1), clock.now)
-	now, changed := l.overloaded()
+	l := New(testOptions(1, 1), clock.now)
+	now, changed := l.Overloaded()
 	assert.False(t, now)
 	assert.False(t, changed)
 
-	held, _ := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	held, _ := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	for range 3 {
-		_, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
-		require.ErrorIs(t, err, ErrOverloaded)
+		_, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		require.ErrorAs(t, err, new(*Refusal))
 	}
-	now, changed = l.overloaded()
+	now, changed = l.Overloaded()
 	assert.True(t, now)
 	assert.True(t, changed)
-	now, changed = l.overloaded()
+	now, changed = l.Overloaded()
 	assert.True(t, now)
 	assert.False(t, changed, "one change, however many refusals")
 
-	held.end(overloadAnswered, time.Millisecond)
+	held.End(Answered, time.Millisecond)
 	clock.advance(quietAfter)
-	now, changed = l.overloaded()
+	now, changed = l.Overloaded()
 	assert.False(t, now)
 	assert.True(t, changed)
-}
-
-func TestOverloadOptionsDefaultsAndValidation(t *testing.T) {
-	cfg, err := resolve(Options{})
-	require.NoError(t, err)
-	assert.Equal(t, OverloadOptions{MinLimit: defaultOverloadMinLimit, MaxLimit: defaultOverloadMaxLimit,
-		InitialLimit: defaultOverloadInitialLimit, MaxQueue: defaultOverloadMaxQueue, MaxQueueWait: defaultOverloadMaxQueueWait}, cfg.Overload)
-
-	cfg, err = resolve(Options{Overload: OverloadOptions{Disabled: true}})
-	require.NoError(t, err)
-	assert.True(t, cfg.Overload.Disabled)
-	_, err = NewHandler(Options{Name: "x", Overload: OverloadOptions{Disabled: true, MinLimit: -1}})
-	assert.EqualError(t, err, `resilience: handler "x": invalid option Overload.MinLimit (-1): must not be negative`, "validated even when disabled")
-
-	for _, tc := range []struct {
-		o    OverloadOptions
-		want string
-	}{
-		{OverloadOptions{MinLimit: -1}, `invalid option Overload.MinLimit (-1): must not be negative`},
-		{OverloadOptions{MaxQueueWait: -time.Second}, `invalid option Overload.MaxQueueWait (-1s): must not be negative`},
-		{OverloadOptions{MinLimit: 50, MaxLimit: 10}, `invalid option Overload.MinLimit (50): must not exceed Overload.MaxLimit (10)`},
-		{OverloadOptions{MaxLimit: 100, InitialLimit: 5000}, `invalid option Overload.InitialLimit (5000): must not exceed Overload.MaxLimit (100)`},
-	} {
-		_, err := NewHandler(Options{Name: "x", Overload: tc.o})
-		assert.EqualError(t, err, `resilience: handler "x": `+tc.want)
-	}
-}
-
-func TestOverloadConfig(t *testing.T) {
-	cfg, err := LoadConfig(strings.NewReader(`{
-	  "defaults": {"overload": {"maxQueueWait": "250ms"}},
-	  "upstreams": {"pricing": {"overload": {"minLimit": 4, "maxLimit": 64, "initialLimit": 16, "maxQueue": 100}}, "search": {"overload": {"disabled": true}}}
-	}`))
-	require.NoError(t, err)
-	assert.Equal(t, OverloadOptions{MinLimit: 4, MaxLimit: 64, InitialLimit: 16, MaxQueue: 100, MaxQueueWait: 250 * time.Millisecond},
-		cfg.Upstreams["pricing"].Overload)
-	assert.True(t, cfg.Upstreams["search"].Overload.Disabled)
-
-	_, err = LoadConfig(strings.NewReader(`{"upstreams": {"pricing": {"overload": {"minLimit": -3}}}}`))
-	assert.ErrorContains(t, err, `upstreams.pricing.overload.minLimit (-3): must not be negative`)
-	cfg, err = LoadConfig(strings.NewReader(`{"upstreams": {"pricing": {"overload": {"maxQueue": 0}}}}`))
-	require.NoError(t, err, "a written 0 is the default, as in Options")
-	h, err := NewHandler(cfg.Upstreams["pricing"])
-	require.NoError(t, err)
-	assert.Equal(t, defaultOverloadMaxQueue, h.Options().Overload.MaxQueue)
 }
 
 // Losses at random are not congestion: 20% of attempts lost never cut the
 // cap; 50% cut it at first, and once the base has learnt that the losses
 // stay whatever the cap does, it cuts no more and grows back. Losses that
 // rise from a low base are congestion, and cut.
-func TestOverloadLossCapToleratesRandomLoss(t *testing.T) {
+func TestLossCapToleratesRandomLoss(t *testing.T) {
 	clock := newTestClock()
-	l := newOverloadLimiter(testOverloadOptions(2, 20), clock.now)
+	l := New(testOptions(2, 20), clock.now)
 	feedAt(t, l, clock, 5000, 1, 5)
 	assert.True(t, math.IsInf(l.lossCap, 1), "a fifth of attempts lost: no cut")
 	assert.InDelta(t, 0.2, l.lossBase, 0.05)
 
-	l = newOverloadLimiter(testOverloadOptions(2, 20), clock.now)
+	l = New(testOptions(2, 20), clock.now)
 	feedAt(t, l, clock, 200, 1, 2)
 	assert.False(t, math.IsInf(l.lossCap, 1), "half of attempts lost, from nothing: congestion")
 	l.mu.Lock()
@@ -252,7 +213,7 @@ func TestOverloadLossCapToleratesRandomLoss(t *testing.T) {
 	assert.False(t, l.sheddingLocked(), "retries wait for a slot again")
 	l.mu.Unlock()
 
-	l = newOverloadLimiter(testOverloadOptions(2, 20), clock.now)
+	l = New(testOptions(2, 20), clock.now)
 	feedAt(t, l, clock, 5000, 1, 20)
 	feedAt(t, l, clock, 100, 1, 1)
 	assert.False(t, math.IsInf(l.lossCap, 1), "from 5% to every attempt lost: congestion")
@@ -261,7 +222,7 @@ func TestOverloadLossCapToleratesRandomLoss(t *testing.T) {
 // feedAt releases n attempts, each sent with k in flight (k-1 others
 // counted beside it, whatever the limit), every one in every lost, one
 // lossWindow apart.
-func feedAt(t *testing.T, l *overloadLimiter, clock *testClock, n, k, every int) {
+func feedAt(t *testing.T, l *Limiter, clock *testClock, n, k, every int) {
 	t.Helper()
 	for i := 1; i <= n; i++ {
 		clock.advance(lossWindow)
@@ -270,9 +231,9 @@ func feedAt(t *testing.T, l *overloadLimiter, clock *testClock, n, k, every int)
 		s := l.slot(l.takeLocked(), time.Now())
 		l.mu.Unlock()
 		if i%every == 0 {
-			s.end(overloadLoss, 0)
+			s.End(Loss, 0)
 		} else {
-			s.end(overloadAnswered, time.Millisecond)
+			s.End(Answered, time.Millisecond)
 		}
 		l.mu.Lock()
 		l.inflight -= k - 1
@@ -284,9 +245,9 @@ func feedAt(t *testing.T, l *overloadLimiter, clock *testClock, n, k, every int)
 // overall: attempts sent with more than MinLimit in flight lost one time in
 // three, those sent with fewer never. Losses as frequent at either level
 // are not, however high.
-func TestOverloadLossCapReadsLossAgainstConcurrency(t *testing.T) {
+func TestLossCapReadsLossAgainstConcurrency(t *testing.T) {
 	clock := newTestClock()
-	l := newOverloadLimiter(testOverloadOptions(4, 20), clock.now)
+	l := New(testOptions(4, 20), clock.now)
 	for range 10 {
 		feedAt(t, l, clock, 20, 2, 1<<30) // at 2 in flight: none lost
 		feedAt(t, l, clock, 20, 10, 3)    // at 10: a third lost
@@ -296,7 +257,7 @@ func TestOverloadLossCapReadsLossAgainstConcurrency(t *testing.T) {
 	assert.True(t, l.congestedLocked(), "lost at 10 in flight, never at 2")
 	l.mu.Unlock()
 
-	l = newOverloadLimiter(testOverloadOptions(4, 20), clock.now)
+	l = New(testOptions(4, 20), clock.now)
 	for range 10 {
 		feedAt(t, l, clock, 20, 2, 3)
 		feedAt(t, l, clock, 20, 10, 3)
@@ -310,8 +271,8 @@ func TestOverloadLossCapReadsLossAgainstConcurrency(t *testing.T) {
 // Every successful attempt is a latency sample while the upstream answers
 // fewer than latencySamples a second; above that rate one in so many is,
 // about latencySamples a second, and the others still count in flight.
-func TestOverloadLimiterSamplesLatencyAtHighRates(t *testing.T) {
-	l := newOverloadLimiter(testOverloadOptions(1, 3), time.Now)
+func TestLimiterSamplesLatencyAtHighRates(t *testing.T) {
+	l := New(testOptions(1, 3), time.Now)
 	at := time.Unix(1_000_000, 0)
 	sampled := func(n int, over time.Duration) (k int) {
 		for i := range n {
@@ -336,15 +297,15 @@ func TestOverloadLimiterSamplesLatencyAtHighRates(t *testing.T) {
 	// Unsampled or not, every attempt holds a permit of the latency limiter
 	// while in flight.
 	m := l.latency.(interface{ Inflight() int })
-	var slots []overloadSlot
+	var slots []Slot
 	for range 3 {
-		s, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 		require.NoError(t, err)
 		slots = append(slots, s)
 	}
 	assert.Equal(t, 3, m.Inflight())
 	for _, s := range slots {
-		s.release(overloadAnswered)
+		s.Release(Answered)
 	}
 	assert.Equal(t, 0, m.Inflight())
 }
@@ -353,18 +314,18 @@ func TestOverloadLimiterSamplesLatencyAtHighRates(t *testing.T) {
 // listener: once the limiter moves its limit (after 50 samples, here
 // down towards 5 times the one attempt ever in flight), the cached one
 // follows.
-func TestOverloadLimiterFollowsTheLatencyLimit(t *testing.T) {
-	l := newOverloadLimiter(OverloadOptions{MinLimit: 1, MaxLimit: 100, InitialLimit: 40, MaxQueue: 2, MaxQueueWait: time.Second}, time.Now)
+func TestLimiterFollowsTheLatencyLimit(t *testing.T) {
+	l := New(Options{MinLimit: 1, MaxLimit: 100, InitialLimit: 40, MaxQueue: 2}, time.Now)
 	assert.EqualValues(t, 40, l.latencyLimit.Load())
 	for range 60 {
-		s, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 		require.NoError(t, err)
-		s.end(overloadAnswered, time.Millisecond)
+		s.End(Answered, time.Millisecond)
 	}
 	require.NotEqual(t, 40, l.latency.Limit(), "the latency limiter moved its limit")
 	assert.EqualValues(t, l.latency.Limit(), l.latencyLimit.Load())
 	assert.False(t, l.limitMoved.Load())
-	assert.Equal(t, max(l.latency.Limit(), 1), l.stats().Limit)
+	assert.Equal(t, max(l.latency.Limit(), 1), l.Stats().Limit)
 }
 
 // Issue 31: a call waits for a slot as long as it could still be answered
@@ -372,32 +333,29 @@ func TestOverloadLimiterFollowsTheLatencyLimit(t *testing.T) {
 // MaxQueueWait that refuses calls a bare client would have had served. One
 // with less time left than that is refused at once: sent, it would be
 // served to nobody.
-func TestOverloadLimiterWaitsWhileTheCallCanStillBeAnswered(t *testing.T) {
-	opts := testOverloadOptions(1, 1)
-	opts.MaxQueueWait = time.Hour
-	l := newOverloadLimiter(opts, time.Now)
-	held, err := l.acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+func TestLimiterWaitsWhileTheCallCanStillBeAnswered(t *testing.T) {
+	l := New(testOptions(1, 1), time.Now)
+	held, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err)
 	l.mu.Lock()
 	l.srtt = 200 * time.Millisecond // the recent time to headers
 	l.mu.Unlock()
 
 	start := time.Now()
-	_, err = l.acquire(context.Background(), time.Hour, start.Add(150*time.Millisecond), 1, start)
-	require.ErrorIs(t, err, ErrOverloaded, "150 ms left, 200 ms to headers: refused")
-	var oe *OverloadError
-	require.ErrorAs(t, err, &oe)
+	_, err = l.Acquire(context.Background(), time.Hour, start.Add(150*time.Millisecond), 1, start)
+	var oe *Refusal
+	require.ErrorAs(t, err, &oe, "150 ms left, 200 ms to headers: refused")
 	assert.Zero(t, oe.Waited, "at once")
 
 	got := make(chan error, 1)
 	go func() {
-		s, err := l.acquire(context.Background(), time.Hour, time.Now().Add(10*time.Second), 1, time.Now())
+		s, err := l.Acquire(context.Background(), time.Hour, time.Now().Add(10*time.Second), 1, time.Now())
 		if err == nil {
-			s.end(overloadDropped, 0)
+			s.End(Dropped, 0)
 		}
 		got <- err
 	}()
-	require.Eventually(t, func() bool { return l.stats().Queued == 1 }, 5*time.Second, time.Millisecond, "time enough: it waits")
-	held.end(overloadDropped, 0)
+	require.Eventually(t, func() bool { return l.Stats().Queued == 1 }, 5*time.Second, time.Millisecond, "time enough: it waits")
+	held.End(Dropped, 0)
 	require.NoError(t, <-got, "and gets the slot")
 }

@@ -1,19 +1,8 @@
-package resilience
-
-import (
-	"context"
-	"math"
-	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
-)
-
-// The overload limiter (issue 19) bounds the attempts in flight to one
-// upstream (per host with PerHost). An attempt holds a slot from the moment
-// it is sent until its response headers arrive or it fails; reading the
-// body holds none. Two limits apply, and an attempt needs room under both:
+// Package overload is the overload limiter of the resilience handler
+// (issue 19). It bounds the attempts in flight to one upstream (per host
+// with PerHost). An attempt holds a slot from the moment it is sent until
+// its response headers arrive or it fails; reading the body holds none. Two
+// limits apply, and an attempt needs room under both:
 //
 //   - the latency limit, failsafe-go's adaptivelimiter: the p90 of recent
 //     times to headers against a baseline, with the correlation of
@@ -23,11 +12,12 @@ import (
 //     when the service slowed 2.5x and 97% when capacity halved, with no
 //     time wasted on callers gone; but with its defaults (initial limit 20,
 //     no queue) it lost 480 of a healthy burst of 500 calls. Here it starts
-//     at Options.Overload.InitialLimit, never falls under MinLimit, and
-//     calls over the limit wait in this file's FIFO queue rather than fail:
-//     the burst drains through the queue.
-//   - the loss cap, this file's AIMD: a fast 503 or 429 looks healthy to a
-//     latency limit, yet an upstream whose shedding costs it work needs
+//     at Options.InitialLimit (the handler's Options.Overload.InitialLimit),
+//     never falls under MinLimit, and calls over the limit wait in this
+//     package's FIFO queue rather than fail: the burst drains through the
+//     queue.
+//   - the loss cap, this package's AIMD: a fast 503 or 429 looks healthy to
+//     a latency limit, yet an upstream whose shedding costs it work needs
 //     fewer attempts, not more. While losses are congestion (below), an
 //     attempt timeout, a 503, a 429 or a refused connection cuts the cap
 //     to lossFactor of the attempts in flight (at most once per
@@ -49,8 +39,37 @@ import (
 // costs its call nothing. A retry that never waits would be shed whenever
 // more callers are at work than the limit, healthy upstream or not: 32
 // callers against a limit of 20 lost a quarter of the calls that needed a
-// retry (TestOverloadLeavesRandomFailuresToRetries).
-type overloadLimiter struct {
+// retry (the root package's TestOverloadLeavesRandomFailuresToRetries).
+//
+// The handler keeps one Limiter per upstream, built from its
+// OverloadOptions (Options here, without what the handler alone reads),
+// and turns a Refusal into its OverloadError and Stats into its
+// OverloadStats.
+package overload
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
+)
+
+// Options are what a Limiter is built from: the handler's OverloadOptions,
+// resolved and validated (the handler reads MaxQueueWait itself, to give
+// Acquire its wait). The zero Options is not valid.
+type Options struct {
+	MinLimit     int // fewest attempts in flight allowed
+	MaxLimit     int // most allowed
+	InitialLimit int // where the limit starts, within MinLimit and MaxLimit
+	MaxQueue     int // how many attempts may wait
+}
+
+// A Limiter is one upstream's overload limiter. New makes one.
+type Limiter struct {
 	latency adaptivelimiter.AdaptiveLimiter[any]
 	// latencyLimit is latency's limit, read again once its listener says it
 	// moved (limitMoved): reading it from latency takes a lock of its own,
@@ -59,7 +78,7 @@ type overloadLimiter struct {
 	// limit is read when the Record or Drop that moved it returns.
 	latencyLimit atomic.Int64
 	limitMoved   atomic.Bool
-	opts         OverloadOptions
+	opts         Options
 	now          func() time.Time // time.Now; a test's clock
 
 	mu         sync.Mutex
@@ -75,7 +94,7 @@ type overloadLimiter struct {
 	seen       uint64        // successful attempts since sampleFrom
 	stride     uint64        // one successful attempt in stride is a latency sample (sampleLocked); 0 until the first
 	sampleFrom time.Time
-	waiters    []*overloadWaiter
+	waiters    []*waiter
 	refusedAt  time.Time   // the last refusal
 	firstAt    time.Time   // the last refusal of a first attempt
 	state      bool        // overloaded, as last reported
@@ -95,7 +114,7 @@ type overloadLimiter struct {
 // MinLimit, and every retry over it was shed. So it went before this test:
 // 16 callers against an upstream failing one request in 20 lost 32 of 800
 // calls that their retries would have served
-// (TestRetryBudgetAllowsOccasionalRetries).
+// (the root package's TestRetryBudgetAllowsOccasionalRetries).
 //
 // The test is concurrency: a full upstream loses the attempts sent over
 // what it holds, one failing at random loses as many at any level. Losses
@@ -138,7 +157,7 @@ const (
 	congestedGrowth = 0.25
 )
 
-type overloadWaiter struct {
+type waiter struct {
 	ready   chan struct{}
 	granted bool // under mu
 	k       int  // attempts in flight once granted, its own included
@@ -156,8 +175,10 @@ func (b *lossBin) add(lost float64) {
 	b.rate += (lost - b.rate) * max(1/float64(b.n), lossWeight)
 }
 
-func newOverloadLimiter(o OverloadOptions, now func() time.Time) *overloadLimiter {
-	l := &overloadLimiter{opts: o, now: now, lossCap: math.Inf(1)}
+// New returns a limiter built from o that reads the time from now
+// (time.Now, or a test's clock) where its arithmetic needs it.
+func New(o Options, now func() time.Time) *Limiter {
+	l := &Limiter{opts: o, now: now, lossCap: math.Inf(1)}
 	l.latencyLimit.Store(int64(o.InitialLimit))
 	l.latency = adaptivelimiter.NewBuilder[any]().
 		WithLimits(uint(o.MinLimit), uint(o.MaxLimit), uint(o.InitialLimit)).
@@ -167,7 +188,7 @@ func newOverloadLimiter(o OverloadOptions, now func() time.Time) *overloadLimite
 }
 
 // limitLocked is the number of attempts allowed in flight now.
-func (l *overloadLimiter) limitLocked() int {
+func (l *Limiter) limitLocked() int {
 	lim := int(l.latencyLimit.Load())
 	if l.lossCap < float64(lim) {
 		lim = int(l.lossCap)
@@ -175,23 +196,31 @@ func (l *overloadLimiter) limitLocked() int {
 	return max(lim, l.opts.MinLimit)
 }
 
-// An overloadSlot is an attempt's hold on the limiter; the zero value holds
+// A Slot is an attempt's hold on the limiter; the zero value holds
 // nothing.
-type overloadSlot struct {
-	l      *overloadLimiter
+type Slot struct {
+	l      *Limiter
 	permit adaptivelimiter.Permit // nil when the latency limiter was full (a race with its own limit)
 	at     time.Time
 	k      int // attempts in flight when it was sent, its own included
 }
 
-// acquire takes a slot for attempt n of its call. An attempt given a wait
+// Held reports whether s holds a slot of a limiter: it is not the zero
+// Slot.
+func (s *Slot) Held() bool { return s.l != nil }
+
+// At is when s's attempt got its slot: the now given to Acquire, or the
+// end of its wait.
+func (s *Slot) At() time.Time { return s.at }
+
+// Acquire takes a slot for attempt n of its call. An attempt given a wait
 // > 0 waits in the queue up to wait (and, when until is not zero, until
 // then), or until ctx ends; a retry (n > 1) waits only while the limiter is
 // not shedding. Otherwise, or with the queue full, it is refused at once. A
-// refusal returns a non-nil error: ctx's, or an *OverloadError without its
-// handler's name. until is read only when the attempt must wait, and a
-// free slot is taken at now, so that it costs no clock read.
-func (l *overloadLimiter) acquire(ctx context.Context, wait time.Duration, until time.Time, n int, now time.Time) (overloadSlot, error) {
+// refusal returns a non-nil error: ctx's, or a *Refusal. until is read
+// only when the attempt must wait, and a free slot is taken at now, so
+// that it costs no clock read.
+func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Time, n int, now time.Time) (Slot, error) {
 	l.mu.Lock()
 	if len(l.waiters) == 0 && l.inflight < l.limitLocked() {
 		k := l.takeLocked()
@@ -204,9 +233,9 @@ func (l *overloadLimiter) acquire(ctx context.Context, wait time.Duration, until
 	if wait <= 0 || len(l.waiters) >= l.opts.MaxQueue || (n > 1 && l.sheddingLocked()) {
 		err := l.refuseLocked(0, n)
 		l.mu.Unlock()
-		return overloadSlot{}, err
+		return Slot{}, err
 	}
-	w := &overloadWaiter{ready: make(chan struct{})}
+	w := &waiter{ready: make(chan struct{})}
 	l.waiters = append(l.waiters, w)
 	l.mu.Unlock()
 
@@ -228,8 +257,8 @@ func (l *overloadLimiter) acquire(ctx context.Context, wait time.Duration, until
 		if cause == nil {
 			return s, nil
 		}
-		s.release(overloadDropped)
-		return overloadSlot{}, cause
+		s.Release(Dropped)
+		return Slot{}, cause
 	}
 	for i, x := range l.waiters {
 		if x == w {
@@ -239,16 +268,16 @@ func (l *overloadLimiter) acquire(ctx context.Context, wait time.Duration, until
 	}
 	if cause != nil {
 		l.mu.Unlock()
-		return overloadSlot{}, cause
+		return Slot{}, cause
 	}
 	err := l.refuseLocked(time.Since(start), n)
 	l.mu.Unlock()
-	return overloadSlot{}, err
+	return Slot{}, err
 }
 
 // takeLocked counts an attempt in flight and returns how many are, its own
 // included.
-func (l *overloadLimiter) takeLocked() int {
+func (l *Limiter) takeLocked() int {
 	l.inflight++
 	l.peak = max(l.peak, l.inflight)
 	return l.inflight
@@ -256,19 +285,46 @@ func (l *overloadLimiter) takeLocked() int {
 
 // slot is the slot of an attempt sent with k in flight, its own included,
 // at at: now for one that did not wait.
-func (l *overloadLimiter) slot(k int, at time.Time) overloadSlot {
+func (l *Limiter) slot(k int, at time.Time) Slot {
 	p, _ := l.latency.TryAcquirePermit()
-	return overloadSlot{l: l, permit: p, at: at, k: k}
+	return Slot{l: l, permit: p, at: at, k: k}
 }
 
-func (l *overloadLimiter) refuseLocked(waited time.Duration, n int) *OverloadError {
+func (l *Limiter) refuseLocked(waited time.Duration, n int) *Refusal {
 	l.refused++
 	l.refusedAt = l.now()
 	if n == 1 {
 		l.firstAt = l.refusedAt
 	}
-	return &OverloadError{Limit: l.limitLocked(), InFlight: l.inflight, Latency: l.srtt, Waited: waited}
+	return &Refusal{Limit: l.limitLocked(), InFlight: l.inflight, Latency: l.srtt, Waited: waited}
 }
+
+// A Refusal is why the limiter refused an attempt, at its limit with the
+// queue full or the wait too long: the limiter as it stood then. Its
+// fields are those of the handler's OverloadError, which it becomes.
+type Refusal struct {
+	Limit    int           // attempts allowed in flight when it refused
+	InFlight int           // attempts in flight then
+	Latency  time.Duration // smoothed time to headers of successes
+	Waited   time.Duration // how long the call waited for a slot
+}
+
+func (e *Refusal) Error() string {
+	return fmt.Sprintf("resilience: upstream overloaded: %d attempts in flight, limit %d, latency %v, waited %v",
+		e.InFlight, e.Limit, e.Latency.Round(time.Microsecond), e.Waited.Round(time.Microsecond))
+}
+
+// An Outcome is what an attempt's end tells the limiter.
+type Outcome int
+
+// Outcomes of an attempt, as the handler reads them from its response or
+// error.
+const (
+	Answered Outcome = iota // response headers: a latency sample
+	Loss                    // 503, 429, refused connection: the cap shrinks; no latency sample
+	Timeout                 // the attempt timed out: the cap shrinks, and its duration is the sample
+	Dropped                 // the caller or the call gave up, or the request failed: says nothing
+)
 
 // rttEvery is how many successful attempts give the smoothed latency one
 // sample: it reads the clock, which costs 60 to 70 ns here, while
@@ -277,21 +333,21 @@ func (l *overloadLimiter) refuseLocked(waited time.Duration, n int) *OverloadErr
 // upstream within 32 attempts.
 const rttEvery = 4
 
-// release ends s's hold with the attempt's outcome.
-func (s overloadSlot) release(o overloadOutcome) {
-	s.end(o, -1)
+// Release ends s's hold with the attempt's outcome.
+func (s *Slot) Release(o Outcome) {
+	s.End(o, -1)
 }
 
-// end is release, with rtt the attempt's time to headers; -1 has end
+// End is Release, with rtt the attempt's time to headers; -1 has End
 // measure it, for one in rttEvery successful attempts.
-func (s overloadSlot) end(o overloadOutcome, rtt time.Duration) {
+func (s *Slot) End(o Outcome, rtt time.Duration) {
 	l := s.l
 	if l == nil {
 		return
 	}
 	l.mu.Lock()
-	sample := o == overloadTimeout
-	if o == overloadAnswered {
+	sample := o == Timeout
+	if o == Answered {
 		if rtt < 0 && l.answered%rttEvery == 0 {
 			rtt = time.Since(s.at)
 		}
@@ -334,7 +390,7 @@ const (
 
 // sampleLocked reports whether a successful attempt sent at at gives the
 // latency limiter its sample (latencySamples).
-func (l *overloadLimiter) sampleLocked(at time.Time) bool {
+func (l *Limiter) sampleLocked(at time.Time) bool {
 	if at.Sub(l.sampleFrom) >= time.Second {
 		l.stride = max(1, l.seen/latencySamples)
 		l.seen, l.sampleFrom = 0, at
@@ -346,20 +402,20 @@ func (l *overloadLimiter) sampleLocked(at time.Time) bool {
 // signalLocked applies the outcome of an attempt sent with k in flight to
 // the loss cap and, for a success with its time to headers rtt (0: not
 // sampled), the smoothed latency.
-func (l *overloadLimiter) signalLocked(o overloadOutcome, rtt time.Duration, k int) {
-	if o != overloadDropped {
+func (l *Limiter) signalLocked(o Outcome, rtt time.Duration, k int) {
+	if o != Dropped {
 		bin := &l.high
 		if k <= l.opts.MinLimit {
 			bin = &l.low
 		}
 		lost := 0.0
-		if o != overloadAnswered {
+		if o != Answered {
 			lost = 1
 		}
 		bin.add(lost)
 	}
 	switch o {
-	case overloadAnswered:
+	case Answered:
 		l.lossRate -= l.lossRate * lossWeight
 		l.lossBase -= l.lossBase * baseWeight
 		switch {
@@ -379,7 +435,7 @@ func (l *overloadLimiter) signalLocked(o overloadOutcome, rtt time.Duration, k i
 				l.lossCap = math.Inf(1)
 			}
 		}
-	case overloadLoss, overloadTimeout:
+	case Loss, Timeout:
 		l.lossRate += (1 - l.lossRate) * lossWeight
 		l.lossBase += (1 - l.lossBase) * baseWeight
 		if !l.congestedLocked() {
@@ -403,7 +459,7 @@ func (l *overloadLimiter) signalLocked(o overloadOutcome, rtt time.Duration, k i
 // attempts sent with more than MinLimit in flight are lost more often than
 // those sent with fewer; or, where too few were sent at either level to
 // tell, losses are high and risen over their base.
-func (l *overloadLimiter) congestedLocked() bool {
+func (l *Limiter) congestedLocked() bool {
 	if lo, hi := l.low, l.high; lo.n >= binSamples && hi.n >= binSamples {
 		// a two-proportion z-test, each moving average counting as the
 		// samples it weighs (at most (2-w)/w, 127)
@@ -418,12 +474,12 @@ func (l *overloadLimiter) congestedLocked() bool {
 // sheddingLocked reports whether retries only try for a slot: the limiter
 // refused a first attempt within quietAfter, or losses say the upstream is
 // full.
-func (l *overloadLimiter) sheddingLocked() bool {
+func (l *Limiter) sheddingLocked() bool {
 	return (!l.firstAt.IsZero() && l.now().Sub(l.firstAt) < quietAfter) || l.congestedLocked()
 }
 
 // grantLocked hands free slots to the waiters, first come first served.
-func (l *overloadLimiter) grantLocked() {
+func (l *Limiter) grantLocked() {
 	for len(l.waiters) > 0 && l.inflight < l.limitLocked() {
 		w := l.waiters[0]
 		l.waiters[0] = nil
@@ -434,10 +490,10 @@ func (l *overloadLimiter) grantLocked() {
 	}
 }
 
-// overloaded reports whether the limiter is refusing calls now: it refused
+// Overloaded reports whether the limiter is refusing calls now: it refused
 // one within the last second, and reports whether that is a change from
 // what it reported last.
-func (l *overloadLimiter) overloaded() (now, changed bool) {
+func (l *Limiter) Overloaded() (now, changed bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now = !l.refusedAt.IsZero() && l.now().Sub(l.refusedAt) < quietAfter
@@ -445,4 +501,27 @@ func (l *overloadLimiter) overloaded() (now, changed bool) {
 	l.state = now
 	l.reported.Store(now)
 	return now, changed
+}
+
+// Reported is what Overloaded last reported, read without the limiter's
+// lock: while it is false, only a refusal can change it.
+func (l *Limiter) Reported() bool { return l.reported.Load() }
+
+// Stats is a snapshot of a limiter. Its fields are those of the handler's
+// OverloadStats, which it becomes.
+type Stats struct {
+	Limit      int           // attempts allowed in flight
+	InFlight   int           // attempts in flight
+	Queued     int           // first attempts waiting
+	Latency    time.Duration // smoothed time to headers
+	Refused    uint64        // refusals and sheds so far
+	Overloaded bool          // it refused one within 1s
+}
+
+// Stats is the limiter's state now.
+func (l *Limiter) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Stats{Limit: l.limitLocked(), InFlight: l.inflight, Queued: len(l.waiters), Latency: l.srtt, Refused: l.refused,
+		Overloaded: !l.refusedAt.IsZero() && l.now().Sub(l.refusedAt) < quietAfter}
 }
