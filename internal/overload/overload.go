@@ -4,10 +4,11 @@
 // its response headers arrive or it fails; reading the body holds none. Two
 // limits apply, and an attempt needs room under both:
 //
-//   - the latency limit, failsafe-go's adaptivelimiter: the p90 of recent
-//     times to headers against a baseline, with the correlation of
-//     throughput and latency with concurrency deciding whether a slower
-//     upstream is a fuller one. Measured alone in the overload experiment
+//   - the latency limit (gradient.go), failsafe-go's adaptivelimiter's
+//     algorithm at a fraction of its cost: the p90 of recent times to
+//     headers against a baseline, with the correlation of throughput and
+//     latency with concurrency deciding whether a slower upstream is a
+//     fuller one. failsafe-go's, measured alone in the overload experiment
 //     (bench/results/overload-3seeds.md) it served 99% of the physical limit
 //     when the service slowed 2.5x and 97% when capacity halved, with no
 //     time wasted on callers gone; but with its defaults (initial limit 20,
@@ -54,8 +55,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
 )
 
 // Options are what a Limiter is built from: the handler's OverloadOptions,
@@ -70,18 +69,11 @@ type Options struct {
 
 // A Limiter is one upstream's overload limiter. New makes one.
 type Limiter struct {
-	latency adaptivelimiter.AdaptiveLimiter[any]
-	// latencyLimit is latency's limit, read again once its listener says it
-	// moved (limitMoved): reading it from latency takes a lock of its own,
-	// on every attempt. The listener runs before the limiter sets the new
-	// limit, and two updates' listeners may run in either order, so the
-	// limit is read when the Record or Drop that moved it returns.
-	latencyLimit atomic.Int64
-	limitMoved   atomic.Bool
-	opts         Options
-	now          func() time.Time // time.Now; a test's clock
+	opts Options
+	now  func() time.Time // time.Now; a test's clock
 
 	mu         sync.Mutex
+	latency    *gradient // the latency limit
 	inflight   int
 	peak       int     // most attempts in flight since the last cut
 	lossCap    float64 // +Inf while no loss holds it
@@ -178,18 +170,12 @@ func (b *lossBin) add(lost float64) {
 // New returns a limiter built from o that reads the time from now
 // (time.Now, or a test's clock) where its arithmetic needs it.
 func New(o Options, now func() time.Time) *Limiter {
-	l := &Limiter{opts: o, now: now, lossCap: math.Inf(1)}
-	l.latencyLimit.Store(int64(o.InitialLimit))
-	l.latency = adaptivelimiter.NewBuilder[any]().
-		WithLimits(uint(o.MinLimit), uint(o.MaxLimit), uint(o.InitialLimit)).
-		OnLimitChanged(func(adaptivelimiter.LimitChangedEvent) { l.limitMoved.Store(true) }).
-		Build()
-	return l
+	return &Limiter{opts: o, now: now, lossCap: math.Inf(1), latency: newGradient(o.MinLimit, o.MaxLimit, o.InitialLimit, now())}
 }
 
 // limitLocked is the number of attempts allowed in flight now.
 func (l *Limiter) limitLocked() int {
-	lim := int(l.latencyLimit.Load())
+	lim := int(l.latency.limit)
 	if l.lossCap < float64(lim) {
 		lim = int(l.lossCap)
 	}
@@ -199,10 +185,9 @@ func (l *Limiter) limitLocked() int {
 // A Slot is an attempt's hold on the limiter; the zero value holds
 // nothing.
 type Slot struct {
-	l      *Limiter
-	permit adaptivelimiter.Permit // nil when the latency limiter was full (a race with its own limit)
-	at     time.Time
-	k      int // attempts in flight when it was sent, its own included
+	l  *Limiter
+	at time.Time
+	k  int // attempts in flight when it was sent, its own included
 }
 
 // Held reports whether s holds a slot of a limiter: it is not the zero
@@ -286,8 +271,7 @@ func (l *Limiter) takeLocked() int {
 // slot is the slot of an attempt sent with k in flight, its own included,
 // at at: now for one that did not wait.
 func (l *Limiter) slot(k int, at time.Time) Slot {
-	p, _ := l.latency.TryAcquirePermit()
-	return Slot{l: l, permit: p, at: at, k: k}
+	return Slot{l: l, at: at, k: k}
 }
 
 func (l *Limiter) refuseLocked(waited time.Duration, n int) *Refusal {
@@ -327,10 +311,9 @@ const (
 )
 
 // rttEvery is how many successful attempts give the smoothed latency one
-// sample: it reads the clock, which costs 60 to 70 ns here, while
-// failsafe-go's limiter reads it anyway for its own latency window, and a
-// moving average of every fourth attempt over 8 samples follows the
-// upstream within 32 attempts.
+// sample: it reads the clock, which costs 60 to 70 ns here, and a moving
+// average of every fourth attempt over 8 samples follows the upstream
+// within 32 attempts.
 const rttEvery = 4
 
 // Release ends s's hold with the attempt's outcome.
@@ -346,43 +329,36 @@ func (s *Slot) End(o Outcome, rtt time.Duration) {
 		return
 	}
 	l.mu.Lock()
-	sample := o == Timeout
+	sample, smoothed := o == Timeout, rtt >= 0
 	if o == Answered {
-		if rtt < 0 && l.answered%rttEvery == 0 {
-			rtt = time.Since(s.at)
-		}
+		smoothed = smoothed || l.answered%rttEvery == 0
 		l.answered++
 		sample = l.sampleLocked(s.at)
 	}
-	rtt = max(rtt, 0)
-	l.signalLocked(o, rtt, s.k)
+	if rtt < 0 && (sample || smoothed) {
+		rtt = time.Since(s.at)
+	}
+	if sample {
+		// The limit is full while this attempt still holds its slot.
+		l.latency.sample(s.at.Add(rtt), rtt, s.k, l.inflight >= int(l.latency.limit))
+	}
+	if !smoothed {
+		rtt = 0 // not the smoothed latency's sample
+	}
+	l.signalLocked(o, max(rtt, 0), s.k)
 	l.inflight--
 	l.grantLocked()
 	l.mu.Unlock()
-	if p := s.permit; p != nil {
-		if sample {
-			p.Record()
-		} else {
-			p.Drop() // its slot still counted in flight until now
-		}
-		if l.limitMoved.Load() && l.limitMoved.CompareAndSwap(true, false) {
-			l.latencyLimit.Store(int64(l.latency.Limit()))
-		}
-	}
 }
 
 // latencySamples and latencyFloor bound the successful attempts a second
-// whose latency failsafe-go's limiter is given. Adding a sample to its
-// t-digest took 230 ns of the handler's 2.4 µs per attempt (a CPU profile
-// of bench's BenchmarkOverheadLayers/layer=defaults), whatever the rate.
-// Below 512 a second (the overload experiment's upstream answers 400),
-// every success is a sample. Above, the first latencyFloor of each second
-// are, and then one in stride, set each second from the rate of the
-// second before: about latencySamples a second more, and never fewer than
-// the 50 a window of the limiter needs, even in the second after a fast
-// one. An attempt not sampled still holds its permit while in flight
-// (Drop ends it), so the limiter counts every attempt in flight as
-// before; timeouts are always samples.
+// whose latency the latency limit is given: each costs a clock read, and a
+// window keeps at most gradientKeep. Below 512 a second (the overload
+// experiment's upstream answers 400), every success is a sample. Above,
+// the first latencyFloor of each second are, and then one in stride, set
+// each second from the rate of the second before: about latencySamples a
+// second more, and never fewer than the 50 a window needs, even in the
+// second after a fast one. Timeouts are always samples.
 const (
 	latencySamples = 256
 	latencyFloor   = 64

@@ -1,0 +1,64 @@
+package overload
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// feed gives g n samples of rtt spread over d from *now, sent with k in
+// flight, and returns the limit.
+func feed(g *gradient, now *time.Time, n int, d, rtt time.Duration, k int, full bool) float64 {
+	for range n {
+		*now = now.Add(d / time.Duration(n))
+		g.sample(*now, rtt, k, full)
+	}
+	return g.limit
+}
+
+func TestGradientGrowsWhileLatencyHolds(t *testing.T) {
+	now := time.Unix(0, 0)
+	g := newGradient(8, 1000, 20, now)
+	for range 30 {
+		feed(g, &now, 100, time.Second, 20*time.Millisecond, 15, false)
+	}
+	if g.limit <= 20 || g.limit > 15*gradientHeadroom {
+		t.Fatalf("limit %v: want grown above 20, at most %d", g.limit, 15*gradientHeadroom)
+	}
+}
+
+func TestGradientFallsWhenLatencyRises(t *testing.T) {
+	now := time.Unix(0, 0)
+	g := newGradient(8, 1000, 40, now)
+	for range 20 {
+		feed(g, &now, 100, time.Second, 20*time.Millisecond, 30, false)
+	}
+	before := g.limit
+	for range 10 {
+		feed(g, &now, 100, time.Second, 50*time.Millisecond, int(g.limit), true)
+	}
+	if g.limit >= before {
+		t.Fatalf("limit %v after latency x2.5: want under %v", g.limit, before)
+	}
+}
+
+func TestGradientWaitsForSamples(t *testing.T) {
+	now := time.Unix(0, 0)
+	g := newGradient(8, 1000, 20, now)
+	feed(g, &now, gradientMinSamples-1, 10*time.Second, time.Millisecond, 20, false)
+	if g.nMedians != 0 {
+		t.Fatalf("a window closed with %d samples", gradientMinSamples-1)
+	}
+}
+
+func TestCorrelation(t *testing.T) {
+	c := newCorrelation(50)
+	var r float64
+	for i := range 40 {
+		x := float64(i%7 + 1)
+		r, _, _ = c.add(x, 3*x+1)
+	}
+	if math.Abs(r-1) > 1e-9 {
+		t.Fatalf("correlation of y = 3x+1: %v, want 1", r)
+	}
+}
