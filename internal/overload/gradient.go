@@ -57,6 +57,10 @@ const (
 	gradientWarmup     = 10 // values an average or a correlation takes as a plain mean first
 	gradientCorrWindow = 50 // windows in a correlation
 	gradientHeadroom   = 5  // the limit is at most this many times the attempts in flight
+
+	// slowStartRise is how far over the baseline a window's 90th
+	// percentile may be for a limit that held attempts back to double.
+	slowStartRise = 1.1
 )
 
 func newGradient(min, max, initial int, now time.Time) *gradient {
@@ -94,7 +98,7 @@ func (g *gradient) sample(now time.Time, rtt time.Duration, k int, full bool) bo
 	}
 	q := quantile(g.rtts, gradientQuantile)
 	old := g.limit
-	g.update(g.recent.add(g.median(q)), g.maxK, full)
+	g.update(g.recent.add(g.median(q)), q, g.maxK, full)
 	window := min(max(time.Duration(2*g.minRTT), gradientMinWindow), gradientMaxWindow)
 	g.until = now.Add(window)
 	g.rtts, g.n = g.rtts[:0], 0
@@ -115,8 +119,9 @@ func (g *gradient) median(q float64) float64 {
 }
 
 // update moves the limit by recent, the smoothed latency of the window
-// that ended, and k, the most attempts in flight in it.
-func (g *gradient) update(recent float64, k int, full bool) {
+// that ended, its own 90th percentile q, and k, the most attempts in
+// flight in it.
+func (g *gradient) update(recent, q float64, k int, full bool) {
 	base := g.baseline.add(recent)
 	queue := int(math.Ceil(g.limit * (1 - base/recent)))
 	thruput := float64(k) / (recent / 1e9)
@@ -134,6 +139,14 @@ func (g *gradient) update(recent float64, k int, full bool) {
 		next -= float64(step)
 	case queue < alpha:
 		next += float64(step)
+		if k >= int(g.limit) && q <= base*slowStartRise {
+			// The limit held attempts back while the latency stayed at
+			// its baseline, in this window too (q, which the median and
+			// the average have not smoothed yet): the limit, not the
+			// upstream, is what bounds them. It doubles, as TCP's window
+			// does in slow start.
+			next = max(next, 2*g.limit)
+		}
 	}
 	if ceiling := float64(k) * gradientHeadroom; next > ceiling {
 		switch {

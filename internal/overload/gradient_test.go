@@ -62,3 +62,34 @@ func TestCorrelation(t *testing.T) {
 		t.Fatalf("correlation of y = 3x+1: %v, want 1", r)
 	}
 }
+
+// A limit that holds attempts back while the latency stays at its baseline
+// is what bounds them: it doubles each window, as TCP's slow start does,
+// rather than growing a step a window.
+func TestGradientSlowStartWhileTheLimitBinds(t *testing.T) {
+	now := time.Unix(0, 0)
+	g := newGradient(8, 1000, 20, now)
+	for range 5 {
+		feed(g, &now, 100, time.Second, 100*time.Millisecond, int(g.limit), true)
+	}
+	if g.limit < 100 {
+		t.Fatalf("limit %v after 5 windows held full at a flat latency: want at least 100", g.limit)
+	}
+}
+
+// A window slower than the baseline stops the doubling at once, before
+// the median and the average smooth the rise in.
+func TestGradientSlowStartStopsWhenLatencyRises(t *testing.T) {
+	now := time.Unix(0, 0)
+	g := newGradient(8, 1000, 20, now)
+	for range 12 {
+		feed(g, &now, 100, time.Second, 20*time.Millisecond, 15, false)
+	}
+	before := g.limit
+	for range 3 {
+		feed(g, &now, 100, time.Second, 50*time.Millisecond, int(g.limit), true)
+	}
+	if g.limit > before+3 {
+		t.Fatalf("limit %v after 3 slower windows: want at most %v", g.limit, before+3)
+	}
+}

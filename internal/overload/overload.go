@@ -72,26 +72,26 @@ type Limiter struct {
 	opts Options
 	now  func() time.Time // time.Now; a test's clock
 
-	mu         sync.Mutex
-	latency    *gradient // the latency limit
-	inflight   int
-	peak       int     // most attempts in flight since the last cut
-	lossCap    float64 // +Inf while no loss holds it
-	lossRate   float64 // moving share of attempts lost: 503, 429, refused, timed out
-	lossBase   float64 // the same share, averaged over far more attempts
-	low, high  lossBin // the same share of attempts sent with at most MinLimit in flight, and with more
-	lastCut    time.Time
-	srtt       time.Duration // smoothed time to headers of successful attempts, one in rttEvery of them
-	answered   uint64        // successful attempts so far
-	seen       uint64        // successful attempts since sampleFrom
-	stride     uint64        // one successful attempt in stride is a latency sample (sampleLocked); 0 until the first
-	sampleFrom time.Time
-	waiters    []*waiter
-	refusedAt  time.Time   // the last refusal
-	firstAt    time.Time   // the last refusal of a first attempt
-	state      bool        // overloaded, as last reported
-	reported   atomic.Bool // state, read without mu: while it is false only a refusal can change it
-	refused    uint64      // refusals so far
+	mu          sync.Mutex
+	latency     *gradient // the latency limit
+	inflight    int
+	peak        int     // most attempts in flight since the last cut
+	lossCap     float64 // +Inf while no loss holds it
+	lossRate    float64 // moving share of attempts lost: 503, 429, refused, timed out
+	lossBase    float64 // the same share, averaged over far more attempts
+	low, high   lossBin // the same share of attempts sent with at most MinLimit in flight, and with more
+	lastCut     time.Time
+	srtt        time.Duration // smoothed time to headers of successful attempts, one in rttEvery of them
+	answered    uint64        // successful attempts so far
+	seen        uint64        // successful attempts in the second before sampleUntil
+	stride      uint64        // one successful attempt in stride is a latency sample (sampleLocked); 0 until the first
+	sampleUntil time.Time
+	waiters     []*waiter
+	refusedAt   time.Time   // the last refusal
+	firstAt     time.Time   // the last refusal of a first attempt
+	state       bool        // overloaded, as last reported
+	reported    atomic.Bool // state, read without mu: while it is false only a refusal can change it
+	refused     uint64      // refusals so far
 }
 
 // The loss cap's constants. lossWindow is the least time between two cuts
@@ -335,12 +335,15 @@ func (s *Slot) End(o Outcome, rtt time.Duration) {
 		l.answered++
 		sample = l.sampleLocked(s.at)
 	}
-	if rtt < 0 && (sample || smoothed) {
-		rtt = time.Since(s.at)
-	}
-	if sample {
-		// The limit is full while this attempt still holds its slot.
-		l.latency.sample(s.at.Add(rtt), rtt, s.k, l.inflight >= int(l.latency.limit))
+	if sample || (rtt < 0 && smoothed) {
+		now := time.Now()
+		if rtt < 0 {
+			rtt = now.Sub(s.at)
+		}
+		if sample {
+			// The limit is full while this attempt still holds its slot.
+			l.latency.sample(now, rtt, s.k, l.inflight >= int(l.latency.limit))
+		}
 	}
 	if !smoothed {
 		rtt = 0 // not the smoothed latency's sample
@@ -367,9 +370,9 @@ const (
 // sampleLocked reports whether a successful attempt sent at at gives the
 // latency limiter its sample (latencySamples).
 func (l *Limiter) sampleLocked(at time.Time) bool {
-	if at.Sub(l.sampleFrom) >= time.Second {
+	if !at.Before(l.sampleUntil) {
 		l.stride = max(1, l.seen/latencySamples)
-		l.seen, l.sampleFrom = 0, at
+		l.seen, l.sampleUntil = 0, at.Add(time.Second)
 	}
 	l.seen++
 	return l.seen <= latencyFloor || l.seen%l.stride == 0
