@@ -621,6 +621,7 @@ type nhVerdict struct {
 	why               string // why not judged
 	bare, lib, off    float64
 	vsBare, vsOff     bool // lib ≥ bare − margin; lib ≥ off − 1
+	calls             bool // lib served at least (100 − margin) % as many calls as bare: closed-loop callers make fewer calls when each waits longer
 	noShed            bool // the overload limiter refused nothing
 	lossless          bool // the burst: every call served
 	met               bool
@@ -661,10 +662,11 @@ func nhJudge(p nhProbe, r nhResult) nhVerdict {
 		v.judged = true
 	}
 	v.vsBare = v.lib >= v.bare-p.margin
+	v.calls = float64(l.OK)*100 >= float64(b.OK)*(100-p.margin)
 	v.vsOff = v.lib >= v.off-1
 	v.noShed = l.Totals.Shed == 0 && l.Outcomes[fleetOverloaded] == 0
 	v.lossless = !strings.HasPrefix(p.name, "burst") || l.OK == l.Calls
-	v.met = v.judged && v.vsBare && v.vsOff && v.noShed && v.lossless && r.updateErrs == 0
+	v.met = v.judged && v.vsBare && v.calls && v.vsOff && v.noShed && v.lossless && r.updateErrs == 0
 	return v
 }
 
@@ -773,15 +775,16 @@ func nhMarkdown(p nhParams, runs []nhResult, wall time.Duration, la0, la1 string
 		nhBare, ovlCallerDeadline, nhLib, o.AttemptTimeout, o.TotalTimeout, o.Overload.MaxQueueWait, nhOff, ovlCallerDeadline, ovlWorkers, ovlService, ovlCapacity)
 	w("Probes:\n\n")
 	for _, pr := range p.probes {
-		w("- `%s`: %s. Target: ≥ bare − %.1f, ≥ limiter off − 1, 0 overload refusals%s; bare's calibration %.1f%%.\n", pr.name, pr.doc, pr.margin,
+		w("- `%s`: %s. Target: ≥ bare − %.1f, as many calls served as bare less %[3]v %%, ≥ limiter off − 1, 0 overload refusals%s; bare's calibration %.1f%%.\n", pr.name, pr.doc, pr.margin,
 			map[bool]string{true: ", every call served", false: ""}[strings.HasPrefix(pr.name, "burst")], pr.bareFloor)
 	}
 	w("\nColumns: **served %%**: calls served (200, body read); with a trigger (step, stalls, starved), of the calls started from the trigger to the end, which is what is judged. "+
+		"**calls served**: the handler's served calls against bare's, the whole run; the same arrivals make them equal unless callers wait on each call (closed loop), where a client that makes each call wait longer makes fewer. "+
 		"**overload refusals**: EventOverloadShed (calls that failed with ErrOverloaded); **budget**: EventBudgetExceeded; **circuit**: EventCircuitRejected (calls that failed with ErrCircuitOpen); "+
 		"**attempt timeouts**: EventAttemptTimeout. **lag p99**: how late the arrivals started against their schedule (the starved probe: the child's, before the starvation; closed-loop and burst probes have none). "+
 		"A run is not judged when bare served less than its calibration (the starved probe and those with a trigger: before it) or the lag is over %v: the machine was too loaded to judge.\n\n", nhLagTooLoaded)
-	w("| probe | seed | bare served %% | resilience served %% | limiter off served %% | resilience: overload refusals (calls) / budget / circuit (calls) / attempt timeouts | limiter off: budget / circuit / attempt timeouts | ≥ bare − m | ≥ limiter off − 1 | 0 overload refusals | met |\n")
-	w("|---|---:|---:|---:|---:|---|---|---|---|---|---|\n")
+	w("| probe | seed | bare served %% | resilience served %% | limiter off served %% | resilience: overload refusals (calls) / budget / circuit (calls) / attempt timeouts | limiter off: budget / circuit / attempt timeouts | ≥ bare − m | calls served ≥ bare's − m %% | ≥ limiter off − 1 | 0 overload refusals | met |\n")
+	w("|---|---:|---:|---:|---:|---|---|---|---|---|---|---|\n")
 	met, judged := 0, 0
 	for _, r := range runs {
 		pr := probe(r.probe)
@@ -791,10 +794,10 @@ func nhMarkdown(p nhParams, runs []nhResult, wall time.Duration, la0, la1 string
 		if strings.HasPrefix(pr.name, "burst") {
 			noShed += fmt.Sprintf("; lost %d", l.Calls-l.OK)
 		}
-		w("| %s | %d | %.2f | %.2f | %.2f | %d (%d) / %d / %d (%d) / %d | %d / %d / %d | %s | %s | %s | %s |\n", r.probe, r.seed, v.bare, v.lib, v.off,
+		w("| %s | %d | %.2f | %.2f | %.2f | %d (%d) / %d / %d (%d) / %d | %d / %d / %d | %s | %s (%d of %d) | %s | %s | %s |\n", r.probe, r.seed, v.bare, v.lib, v.off,
 			l.Totals.Shed, l.Outcomes[fleetOverloaded], l.Totals.BudgetRefused, l.Totals.CircuitRejected, l.Outcomes[fleetCircuitOpen], l.Totals.AttemptTimeouts,
 			of.Totals.BudgetRefused, of.Totals.CircuitRejected, of.Totals.AttemptTimeouts,
-			fleetYes(v.vsBare), fleetYes(v.vsOff), noShed, v)
+			fleetYes(v.vsBare), fleetYes(v.calls), l.OK, r.side(nhBare).OK, fleetYes(v.vsOff), noShed, v)
 		if v.judged {
 			judged++
 			if v.met {
