@@ -39,6 +39,9 @@ type gradient struct {
 	maxK   int       // most attempts in flight when a sample was sent
 	minRTT float64
 	until  time.Time // the earliest end of the window
+	// doubled says that the last window ended in slow start: the limit
+	// doubled, and the next window is two round trips long
+	doubled bool
 
 	medians    [gradientSmoothing]float64 // the last windows' 90th percentiles
 	nMedians   int
@@ -102,6 +105,12 @@ func (g *gradient) sample(now time.Time, rtt time.Duration, k int, full bool) bo
 	old := g.limit
 	g.update(g.recent.add(g.median(q)), q, g.maxK, full)
 	window := min(max(time.Duration(2*g.minRTT), gradientMinWindow), gradientMaxWindow)
+	if g.doubled {
+		// In slow start the next window lasts two round trips, as TCP's
+		// does, rather than a second: 100 callers held at a limit of 20
+		// waited three windows of a second for the limit to reach them.
+		window = time.Duration(2 * g.minRTT)
+	}
 	g.until = now.Add(window)
 	g.rtts, g.n = g.rtts[:0], 0
 	return int(old) != int(g.limit)
@@ -133,6 +142,7 @@ func (g *gradient) update(recent, q float64, k int, full bool) {
 	step := log10Step(int(g.limit))
 	alpha, beta := 3*step, 6*step
 	next := g.limit
+	g.doubled = false
 	switch {
 	case queue > beta,
 		full && thruputCorr < 0,
@@ -148,6 +158,7 @@ func (g *gradient) update(recent, q float64, k int, full bool) {
 			// upstream, is what bounds them. It doubles, as TCP's window
 			// does in slow start.
 			next = max(next, 2*g.limit)
+			g.doubled = true
 		}
 	}
 	if ceiling := float64(k) * gradientHeadroom; next > ceiling {

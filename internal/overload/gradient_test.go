@@ -93,3 +93,18 @@ func TestGradientSlowStartStopsWhenLatencyRises(t *testing.T) {
 		t.Fatalf("limit %v after 3 slower windows: want at most %v", g.limit, before+3)
 	}
 }
+
+// In slow start a window lasts two round trips, not a second: a limit held
+// full at a flat latency of 100 ms passes 100 within a second and a half.
+func TestGradientSlowStartWindowsAreRoundTrips(t *testing.T) {
+	now := time.Unix(0, 0)
+	start := now
+	g := newGradient(8, 1000, 20, now)
+	for g.limit < 100 && now.Sub(start) < 10*time.Second {
+		// 20 samples each 10 ms: the limit's attempts answered in 100 ms
+		feed(g, &now, 20, 10*time.Millisecond, 100*time.Millisecond, int(g.limit), true)
+	}
+	if d := now.Sub(start); d > 1500*time.Millisecond {
+		t.Fatalf("the limit reached %v after %v: want 100 within 1.5s", g.limit, d)
+	}
+}
