@@ -11,6 +11,5 @@ require (
 
 require (
 	github.com/bits-and-blooms/bitset v1.24.4 // indirect
-	github.com/influxdata/tdigest v0.0.1 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 )
