@@ -210,7 +210,13 @@ func (r *dnhReport) markdown() string {
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
 		p(", load %s", strings.Join(strings.Fields(string(la))[:3], "/"))
 	}
-	p("; the experiment took %v. `go test -run '^$' -bench BenchmarkDoNoHarm -benchtime 1x -timeout 30m .` in bench/.\n\n", r.wall.Round(time.Second))
+	var env string
+	for _, k := range []string{"DONOHARM_SCENARIOS", "DONOHARM_OUT"} {
+		if v := os.Getenv(k); v != "" {
+			env += k + "=" + v + " "
+		}
+	}
+	p("; the experiment took %v. `%sgo test -run '^$' -bench BenchmarkDoNoHarm -benchtime 1x -timeout 30m .` in bench/.\n\n", r.wall.Round(time.Second), env)
 	p("Open loop at %d calls/s (sequential: one caller, %v between calls), same seeded fates by arrival order for every client; "+
 		"medians of %d seeds (%v), each metric separately. Resilience variants start from the library's defaults with time scaled "+
 		"as in the faults experiment: AttemptTimeout %v, TotalTimeout %v, Retry.Delay %v, Retry.MaxDelay %v, "+

@@ -364,7 +364,7 @@ type dnhAnswer struct {
 // BenchmarkDoNoHarm runs the do-no-harm experiment once, whatever b.N (run
 // it with -benchtime 1x): every scenario, seed and client. It prints the
 // tables and the verdict on issue 9's targets, writes them to
-// results/donoharm.md, and reports how many targets the defaults (the first
+// results/donoharm.md (DONOHARM_OUT=name: results/name.md), and reports how many targets the defaults (the first
 // dnhVariant) met; ns/op is the wall time of the whole experiment.
 func BenchmarkDoNoHarm(b *testing.B) {
 	clients := dnhClients(b)
@@ -376,6 +376,14 @@ func BenchmarkDoNoHarm(b *testing.B) {
 			return !slices.Contains(strings.Split(s, ","), sc.name)
 		})
 		out = "donoharm-subset.md"
+	}
+	// DONOHARM_OUT=name writes results/name.md instead, so that repeated
+	// runs keep a file each.
+	if s := os.Getenv("DONOHARM_OUT"); s != "" {
+		if s != filepath.Base(s) || strings.HasSuffix(s, ".md") {
+			b.Fatalf("DONOHARM_OUT=%q: a file name in results/, without .md", s)
+		}
+		out = s + ".md"
 	}
 	start := time.Now()
 	runs := map[dnhKey][]dnhResult{}

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/resilienthttp/resilience"
+	"github.com/resilienthttp/resilience/server"
 )
 
 // The fleet experiment (issue 31): the overload experiment's upstream and
@@ -91,6 +91,7 @@ type fleetCounters struct {
 	attempts        atomic.Int64 // EventAttempt: an attempt sent to the base ended
 	retries         atomic.Int64 // EventAttempt with Attempt > 1: a retry that was sent
 	circuitRejected atomic.Int64 // EventCircuitRejected
+	pushback        atomic.Int64 // EventPushback: an answer that said not to retry (Propagation)
 }
 
 // observe counts e.
@@ -106,6 +107,8 @@ func (c *fleetCounters) observe(e resilience.Event) {
 		c.attemptTimeouts.Add(1)
 	case resilience.EventCircuitRejected:
 		c.circuitRejected.Add(1)
+	case resilience.EventPushback:
+		c.pushback.Add(1)
 	case resilience.EventAttempt:
 		c.attempts.Add(1)
 		if e.Attempt > 1 {
@@ -124,6 +127,7 @@ type fleetTotals struct {
 	attempts        int64
 	retries         int64
 	circuitRejected int64
+	pushback        int64
 }
 
 // sumFleet adds up the counters of a fleet's Handlers.
@@ -140,8 +144,50 @@ func sumFleet(cs []*fleetCounters) fleetTotals {
 		t.attempts += c.attempts.Load()
 		t.retries += c.retries.Load()
 		t.circuitRejected += c.circuitRejected.Load()
+		t.pushback += c.pushback.Load()
 	}
 	return t
+}
+
+// fleetServerCounters are one upstream's refusals by package server's
+// middleware (server.Options.OnEvent), by kind; the kinds without the
+// server half leave them at zero.
+type fleetServerCounters struct {
+	expired      atomic.Int64 // server.EventExpired: a budget spent or under MinBudget
+	retryRefused atomic.Int64 // server.EventRetryRefused: a retry over the retried share
+	overloaded   atomic.Int64 // server.EventOverloaded: MaxConcurrent reached
+	stop         atomic.Int64 // refusals that carried the pushback "do not retry"
+}
+
+// observe counts e.
+func (c *fleetServerCounters) observe(e server.Event) {
+	switch e.Kind {
+	case server.EventExpired:
+		c.expired.Add(1)
+	case server.EventRetryRefused:
+		c.retryRefused.Add(1)
+	case server.EventOverloaded:
+		c.overloaded.Add(1)
+	}
+	if e.Stop {
+		c.stop.Add(1)
+	}
+}
+
+// fleetServerTotals are an upstream's refusals by the server half, read
+// after a run.
+type fleetServerTotals struct {
+	Expired      int64 `json:"expired"`
+	RetryRefused int64 `json:"retry_refused"`
+	Overloaded   int64 `json:"overloaded"`
+	Stop         int64 `json:"stop"`
+}
+
+// all is every refusal.
+func (t fleetServerTotals) all() int64 { return t.Expired + t.RetryRefused + t.Overloaded }
+
+func (c *fleetServerCounters) totals() fleetServerTotals {
+	return fleetServerTotals{Expired: c.expired.Load(), RetryRefused: c.retryRefused.Load(), Overloaded: c.overloaded.Load(), Stop: c.stop.Load()}
 }
 
 // A fleetKind is a column: how one replica's client is built over base
@@ -157,6 +203,36 @@ type fleetKind struct {
 	// with it the kinds beside it
 	alone bool
 	new   func(base http.RoundTripper, counters *fleetCounters) (*http.Client, error)
+	// server, if not nil, is the middleware in front of the kind's
+	// upstream (the server half of the deadline contract), counting its
+	// refusals in counters
+	server func(upstream http.Handler, counters *fleetServerCounters) (http.Handler, error)
+}
+
+// fleetServerOptions are the server half's options in the fleet's
+// `resilience+server` kind: package server's defaults, not scaled (the
+// chain experiment's choice): MinBudget 5ms, RetryShare 0.1 over a Window
+// of 1s (320 requests at the fleet's load, well over the 20 it needs),
+// no MaxConcurrent. Time is scaled in the clients (attempt 200ms, total
+// 2s), but the window is a sample, not a wait, and 5ms is under every
+// budget but a spent one.
+func fleetServerOptions(counters *fleetServerCounters) server.Options {
+	return server.Options{OnEvent: counters.observe}
+}
+
+// fleetHandler is the fleet's Handler for one replica: dnhOptions (the
+// defaults, scaled) with OnEvent counting, and change applied.
+func fleetHandler(base http.RoundTripper, counters *fleetCounters, change func(*resilience.Options)) (*http.Client, error) {
+	o := dnhOptions()
+	o.OnEvent = counters.observe
+	if change != nil {
+		change(&o)
+	}
+	t, err := resilience.NewTransport(base, o)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: t}, nil
 }
 
 // fleetKinds are the columns, all run at once but those marked alone. The
@@ -169,30 +245,22 @@ type fleetKind struct {
 // after it, never recovered), where bare and the handler without it held
 // 672 and 27 and served 99%, recovering at once.
 var fleetKinds = []fleetKind{
-	{"bare", "http.Client, Timeout 2s, no retries", false, false, func(base http.RoundTripper, _ *fleetCounters) (*http.Client, error) {
+	{name: "bare", doc: "http.Client, Timeout 2s, no retries", new: func(base http.RoundTripper, _ *fleetCounters) (*http.Client, error) {
 		return faultPeerByName("bare").new(base, new(atomic.Int64))
 	}},
-	{"retryablehttp", "go-retryablehttp, 4 attempts, waits 20-200ms, 200ms per attempt, 2s in all (the faults experiment's); in a run of its own, after the others (FLEET_KINDS adds it)", false, true, func(base http.RoundTripper, _ *fleetCounters) (*http.Client, error) {
+	{name: "retryablehttp", doc: "go-retryablehttp, 4 attempts, waits 20-200ms, 200ms per attempt, 2s in all (the faults experiment's); in a run of its own, after the others (FLEET_KINDS adds it)", alone: true, new: func(base http.RoundTripper, _ *fleetCounters) (*http.Client, error) {
 		return faultPeerByName("retryablehttp").new(base, new(atomic.Int64))
 	}},
-	{"resilience", "the handler's defaults, scaled (dnhOptions: AttemptTimeout 200ms, TotalTimeout 2s, the overload limiter on with MaxQueueWait 67ms), one Handler per replica", true, false, func(base http.RoundTripper, counters *fleetCounters) (*http.Client, error) {
-		o := dnhOptions()
-		o.OnEvent = counters.observe
-		t, err := resilience.NewTransport(base, o)
-		if err != nil {
-			return nil, err
-		}
-		return &http.Client{Transport: t}, nil
+	{name: "resilience", doc: "the handler's defaults, scaled (dnhOptions: AttemptTimeout 200ms, TotalTimeout 2s, Overload.MaxQueueWait 2s), one Handler per replica", handler: true, new: func(base http.RoundTripper, counters *fleetCounters) (*http.Client, error) {
+		return fleetHandler(base, counters, nil)
 	}},
-	{"resilience (limiter off)", "the handler's defaults, scaled, with Overload.Disabled (issue 19's limiter off), one Handler per replica", true, false, func(base http.RoundTripper, counters *fleetCounters) (*http.Client, error) {
-		o := dnhOptions()
-		o.Overload.Disabled = true
-		o.OnEvent = counters.observe
-		t, err := resilience.NewTransport(base, o)
-		if err != nil {
-			return nil, err
-		}
-		return &http.Client{Transport: t}, nil
+	{name: "resilience+server", doc: "the fleet set-up of the deadline contract: the same Handlers with Propagation on (each attempt carries its budget and number in Request-Budget-Ms and Request-Attempt; a pushback is honoured), and their upstream behind server.New with package server's defaults (server.Options{}: MinBudget 5ms, RetryShare 0.1 over a 1s Window, no MaxConcurrent), which sees the whole fleet's budgets and retries; the aware upstream also drops, with a 503, a request whose budget ran out while it was queued, the oblivious one serves it", handler: true, new: func(base http.RoundTripper, counters *fleetCounters) (*http.Client, error) {
+		return fleetHandler(base, counters, func(o *resilience.Options) { o.Propagation.Enabled = true })
+	}, server: func(upstream http.Handler, counters *fleetServerCounters) (http.Handler, error) {
+		return server.New(upstream, fleetServerOptions(counters))
+	}},
+	{name: "resilience (limiter off)", doc: "the handler's defaults, scaled, with Overload.Disabled (issue 19's limiter off), one Handler per replica", handler: true, new: func(base http.RoundTripper, counters *fleetCounters) (*http.Client, error) {
+		return fleetHandler(base, counters, func(o *resilience.Options) { o.Overload.Disabled = true })
 	}},
 }
 
@@ -285,7 +353,9 @@ type fleetSide struct {
 	sent     int64 // attempts the bases sent (ovlBase's count)
 	peakIn   int64 // most attempts in flight at the bases at once
 	totals   fleetTotals
-	perCli   []fleetTotals // each replica's, for the consistency check
+	perCli   []fleetTotals     // each replica's, for the consistency check
+	behind   bool              // its upstream was behind the server half
+	server   fleetServerTotals // the server half's refusals (behind only)
 }
 
 // fleetRun is one (N, trigger, mode, seed).
@@ -321,6 +391,7 @@ type fleetMember struct {
 	clients    []*http.Client
 	transports []*http.Transport
 	counters   []*fleetCounters
+	srv        *fleetServerCounters // the server half's refusals
 }
 
 // close ends a member's fleet: idle connections, then the upstream.
@@ -369,9 +440,24 @@ func runFleetWith(tb testing.TB, kinds []fleetKind, n int, cfg ovlUpstreamConfig
 		}
 	}()
 	for i, k := range kinds {
-		m := &fleetMember{kind: k, reg: newOVLRegistry(), gauge: new(fleetGauge)}
-		m.up = newOVLUpstream(cfg, m.reg)
+		m := &fleetMember{kind: k, reg: newOVLRegistry(), gauge: new(fleetGauge), srv: new(fleetServerCounters)}
+		var wrap func(http.Handler) http.Handler
+		var werr error
+		if k.server != nil {
+			wrap = func(up http.Handler) http.Handler {
+				h, err := k.server(up, m.srv)
+				if err != nil {
+					werr = err
+					return up
+				}
+				return h
+			}
+		}
+		m.up = newOVLUpstreamBehind(cfg, m.reg, wrap)
 		members[i] = m
+		if werr != nil {
+			tb.Fatalf("%s: the server half: %v", k.name, werr)
+		}
 		for range n {
 			tr := m.up.clientTransport()
 			cs := new(fleetCounters)
@@ -444,6 +530,7 @@ func runFleetWith(tb testing.TB, kinds []fleetKind, n int, cfg ovlUpstreamConfig
 		s.sent = m.reg.sent.Load()
 		s.peakIn = m.gauge.peak.Load()
 		s.totals = sumFleet(m.counters)
+		s.behind, s.server = m.kind.server != nil, m.srv.totals()
 		for _, c := range m.counters {
 			s.perCli = append(s.perCli, sumFleet([]*fleetCounters{c}))
 		}
@@ -494,7 +581,7 @@ func fleetParamsFromEnv(tb testing.TB) fleetParams {
 		}
 		p.ns = append(p.ns, v)
 	}
-	for _, f := range fleetEnvList("FLEET_SEEDS", "1,2") {
+	for _, f := range fleetEnvList("FLEET_SEEDS", "1,2,3") {
 		v, err := strconv.ParseUint(f, 10, 64)
 		if err != nil {
 			tb.Fatalf("FLEET_SEEDS: %v", err)
@@ -513,7 +600,7 @@ func fleetParamsFromEnv(tb testing.TB) fleetParams {
 			p.modes = append(p.modes, m)
 		}
 	}
-	kinds := fleetEnvList("FLEET_KINDS", "bare,resilience")
+	kinds := fleetEnvList("FLEET_KINDS", "bare,resilience,resilience+server")
 	for _, k := range fleetKinds {
 		if slices.Contains(kinds, k.name) {
 			p.kinds = append(p.kinds, k)
@@ -530,11 +617,14 @@ func fleetParamsFromEnv(tb testing.TB) fleetParams {
 
 // BenchmarkFleet runs the fleet experiment once, whatever b.N (run it with
 // -benchtime 1x): for every trigger, N, mode and seed, one run of the
-// kinds chosen (bare and the handler by default) at once, then one of each
-// kind that runs alone; it writes results/fleet.md (FLEET_OUT=name:
-// results/name.md). A run lasts about 22 s (fleetFull's 20 s of arrivals,
-// then the last calls' deadlines): 4 N × 3 triggers × 2 seeds is about 9
-// minutes. FLEET_N=10,200, FLEET_SEEDS=1,2,3, FLEET_TRIGGERS=slow2.5x,stall2s,
+// kinds chosen (bare, the handler, and the handler with the server half by
+// default) at once, then one of each kind that runs alone; it writes
+// results/fleet.md and the rows it is made of, results/fleet.json
+// (FLEET_OUT=name: results/name.md and .json; BenchmarkFleetMerge reports
+// several as one). A run lasts about 22 s (fleetFull's 20 s of arrivals,
+// then the last calls' deadlines): 4 N × 3 triggers × 3 seeds is about 14
+// minutes, so split it (FLEET_TRIGGERS, FLEET_MODES, FLEET_N, FLEET_SEEDS).
+// FLEET_N=10,200, FLEET_SEEDS=1,2, FLEET_TRIGGERS=slow2.5x,stall2s,
 // FLEET_MODES=oblivious,aware and FLEET_KINDS=bare,retryablehttp,resilience
 // choose (go-retryablehttp doubles the time); FLEET_QUICK=1 shortens each
 // run to 10 s of arrivals (2 s, 4 s, 4 s).
@@ -556,16 +646,13 @@ func BenchmarkFleet(b *testing.B) {
 			}
 		}
 	}
-	rep := fleetReport{p: p, runs: runs, wall: time.Since(start), loadBefore: la0, loadAfter: ovlLoadAvg()}
-	md := rep.markdown()
+	wall := time.Since(start)
+	md, err := fleetWriteResults(p.out, fleetResultsOf(p, runs, wall, la0, ovlLoadAvg()))
+	if err != nil {
+		b.Fatal(err)
+	}
 	fmt.Print(md)
-	if err := os.MkdirAll("results", 0o755); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join("results", p.out+".md"), []byte(md), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(rep.wall.Nanoseconds())/float64(b.N), "ns/op")
+	b.ReportMetric(float64(wall.Nanoseconds())/float64(b.N), "ns/op")
 }
 
 // fleetGroups splits kinds into runs: those that run together, then each
@@ -597,19 +684,39 @@ func fleetLog(r fleetRun) {
 }
 
 // TestFleetSmoke checks the harness, not the clients: a fleet of 3 of
-// every kind for 2 s of arrivals with a short slowdown in it. Every call
-// ends and is counted once as served or failed; the upstream's counts add
-// up to what the bases sent; each Handler's counters are non-negative and
-// the fleet's are their sums; the Handlers' attempts are the attempts their
-// bases sent; nothing is left running. It asserts nothing about which kind
-// does better, and nothing about time.
+// every kind for 2 s of arrivals with a short slowdown in it, against the
+// oblivious and the aware upstream at once. Every call ends and is counted
+// once as served or failed; the upstream's counts add up to what the bases
+// sent, less what the server half refused; each Handler's counters are
+// non-negative and the fleet's are their sums; the Handlers' attempts are
+// the attempts their bases sent; only the kind behind the server half has
+// server refusals; nothing is left running. It asserts nothing about which
+// kind does better, and nothing about time.
 func TestFleetSmoke(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	t.Cleanup(func() { goleak.VerifyNone(t) }) // after the parallel subtests
+	for _, m := range ovlModes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			fleetSmoke(t, m.aware)
+		})
+	}
+}
+
+// fleetSmoke is TestFleetSmoke against the aware upstream or the
+// oblivious one.
+func fleetSmoke(t *testing.T, aware bool) {
 	tl := fleetTimeline{before: 500 * time.Millisecond, trigger: 500 * time.Millisecond, after: time.Second}
 	tr := fleetTriggers(tl)[0]
 	const n = 3
-	r := runFleet(t, fleetKinds, n, fleetConfig(tr, false, tl), 1, tl)
+	r := runFleet(t, fleetKinds, n, fleetConfig(tr, aware, tl), 1, tl)
 	require.Len(t, r.sides, len(fleetKinds))
+	res := fleetResultsOf(fleetParams{tl: tl}, []fleetRun{r}, time.Second, "", "")
+	require.Len(t, res.Rows, len(fleetKinds), "a row per side")
+	md, err := fleetMarkdown([]fleetResults{res})
+	require.NoError(t, err)
+	for _, k := range fleetKinds {
+		assert.Contains(t, md, "| "+k.name+" |", "the report has every kind")
+	}
 	arrivals := len(ovlArrivals(1, ovlLoad*ovlCapacity, tl.runFor()))
 	require.Positive(t, arrivals)
 	for _, s := range r.sides {
@@ -629,7 +736,17 @@ func TestFleetSmoke(t *testing.T) {
 			assert.Equal(t, arrivals, byOutcome[fleetOK]+failed, "served + failed = calls")
 
 			up := s.up.totals
-			assert.LessOrEqual(t, int64(up.arrivals), s.sent, "the upstream received only what the bases sent")
+			assert.LessOrEqual(t, int64(up.arrivals)+s.server.all(), s.sent, "the upstream and its server half received only what the bases sent")
+			for _, v := range []int64{s.server.Expired, s.server.RetryRefused, s.server.Overloaded, s.server.Stop} {
+				assert.GreaterOrEqual(t, v, int64(0))
+			}
+			assert.LessOrEqual(t, s.server.Stop, s.server.all(), "a pushback is written on a refusal")
+			if !s.behind {
+				assert.Equal(t, fleetServerTotals{}, s.server, "no server half, no refusals by it")
+			}
+			if !aware {
+				assert.Zero(t, up.dropped, "the oblivious upstream drops nothing")
+			}
 			assert.Equal(t, up.arrivals, up.completions+up.dropped+s.up.unserved, "arrivals = completions + dropped + unserved")
 			assert.GreaterOrEqual(t, s.up.served200, byOutcome[fleetOK], "every call served had a 200 written")
 			assert.LessOrEqual(t, s.peakIn, s.sent)
@@ -643,7 +760,7 @@ func TestFleetSmoke(t *testing.T) {
 			require.Len(t, s.perCli, n)
 			var sum fleetTotals
 			for _, c := range s.perCli {
-				for _, v := range []int64{c.opened, c.budgetRefused, c.shed, c.attemptTimeouts, c.attempts, c.retries, c.circuitRejected} {
+				for _, v := range []int64{c.opened, c.budgetRefused, c.shed, c.attemptTimeouts, c.attempts, c.retries, c.circuitRejected, c.pushback} {
 					assert.GreaterOrEqual(t, v, int64(0))
 				}
 				assert.LessOrEqual(t, c.retries, c.attempts, "a retry sent is an attempt")
@@ -655,6 +772,7 @@ func TestFleetSmoke(t *testing.T) {
 				sum.attempts += c.attempts
 				sum.retries += c.retries
 				sum.circuitRejected += c.circuitRejected
+				sum.pushback += c.pushback
 			}
 			assert.Equal(t, sum, s.totals, "the fleet's counters are the sums of its Handlers'")
 			assert.LessOrEqual(t, s.totals.handlersOpened, n)
@@ -668,6 +786,10 @@ func TestFleetSmoke(t *testing.T) {
 			assert.LessOrEqual(t, s.totals.attempts-s.totals.retries, int64(arrivals), "at most one first attempt per call")
 			assert.LessOrEqual(t, s.totals.attemptTimeouts, s.totals.attempts)
 			assert.GreaterOrEqual(t, s.totals.shed, int64(byOutcome[fleetOverloaded]), "every call refused as overloaded had its refusal reported")
+			assert.LessOrEqual(t, s.totals.pushback, s.totals.attempts, "a pushback answers an attempt")
+			if !s.behind {
+				assert.Zero(t, s.totals.pushback, "no server half, no pushback")
+			}
 			f := fleetSummarize(r, s)
 			assert.GreaterOrEqual(t, f.wastedPct, 0.0)
 			assert.LessOrEqual(t, f.wastedPct, 100.0)

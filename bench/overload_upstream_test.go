@@ -20,8 +20,12 @@ import (
 //     thread-per-request server that reads the request once and never looks
 //     at the socket again): it serves every queued request, dead or not;
 //   - aware: before starting service it checks the request's context (Go's
-//     server cancels it when the client closes the connection) and drops the
-//     request if its caller left. Work already started is never cut short.
+//     server cancels it when the client closes the connection; behind
+//     package server's middleware, also when the budget the caller sent has
+//     run out) and drops the request if its caller left or its deadline
+//     passed, answering 503 as http.TimeoutHandler does (a caller that left
+//     reads nothing; one whose budget ran out while it still waits reads
+//     the refusal). Work already started is never cut short.
 //
 // Whether the work was wasted is not read from the request's context (the
 // oblivious server must not look at it): every attempt carries an id in
@@ -44,7 +48,7 @@ const ovlWindow = 250 * time.Millisecond
 type ovlUpWindow struct {
 	arrivals    int           // attempts arriving
 	completions int           // services finished (dead or alive)
-	dropped     int           // aware mode: left unserved, caller gone
+	dropped     int           // aware mode: left unserved, caller gone or deadline passed
 	queueArea   time.Duration // ∫ queue length dt over the window
 	busy        time.Duration // worker time in service
 	wasted      time.Duration // of busy, on attempts whose caller had given up
@@ -196,13 +200,24 @@ type ovlWaiter struct {
 var ovlOKBody = []byte(`{"status":"ok","items":[1,2,3]}`)
 
 func newOVLUpstream(cfg ovlUpstreamConfig, reg *ovlRegistry) *ovlUpstream {
+	return newOVLUpstreamBehind(cfg, reg, nil)
+}
+
+// newOVLUpstreamBehind is newOVLUpstream with the server's handler wrap(u)
+// (middleware in front of the upstream: package server's half of the
+// deadline contract), or u itself when wrap is nil.
+func newOVLUpstreamBehind(cfg ovlUpstreamConfig, reg *ovlRegistry, wrap func(http.Handler) http.Handler) *ovlUpstream {
 	u := &ovlUpstream{
 		cfg:    cfg,
 		reg:    reg,
 		closed: make(chan struct{}),
 		win:    make([]ovlUpWindow, int(cfg.span/ovlWindow)),
 	}
-	u.srv = httptest.NewUnstartedServer(u)
+	var h http.Handler = u
+	if wrap != nil {
+		h = wrap(u)
+	}
+	u.srv = httptest.NewUnstartedServer(h)
 	if cfg.h2 {
 		u.srv.EnableHTTP2 = true
 		u.srv.StartTLS()
@@ -345,6 +360,7 @@ func (u *ovlUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if wt.dropped {
+		w.WriteHeader(http.StatusServiceUnavailable)
 		return
 	}
 
