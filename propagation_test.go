@@ -120,9 +120,10 @@ func TestPropagationSendsBudgetAndAttempt(t *testing.T) {
 		assert.Len(t, h.Values("Request-Attempt"), 1)
 	}
 
-	// Without a context deadline, the attempt timeout is the soonest.
+	// Without a context deadline, and with attempts cut at their limit,
+	// the attempt timeout is the soonest.
 	seen = nil
-	tr2, err := NewTransport(&http.Transport{}, Options{AttemptTimeout: 300 * time.Millisecond, Propagation: PropagationOptions{Enabled: true, Headers: server.EnvoyHeaders()}})
+	tr2, err := NewTransport(&http.Transport{}, Options{AttemptTimeout: 300 * time.Millisecond, StrictAttemptTimeout: true, Propagation: PropagationOptions{Enabled: true, Headers: server.EnvoyHeaders()}})
 	require.NoError(t, err)
 	defer tr2.CloseIdleConnections()
 	req, err = http.NewRequest(http.MethodGet, up.URL(), nil)
@@ -136,6 +137,23 @@ func TestPropagationSendsBudgetAndAttempt(t *testing.T) {
 	assert.LessOrEqual(t, budget, 300*time.Millisecond)
 	assert.Greater(t, budget, 200*time.Millisecond)
 	assert.Empty(t, seen[0].Get("Request-Budget-Ms"), "Envoy's names only")
+
+	// Held attempts (the default) wait on past their limit while nothing
+	// overtakes them: the budget is the total timeout's, so that a server
+	// does not drop work its caller still waits for.
+	seen = nil
+	tr3, err := NewTransport(&http.Transport{}, Options{AttemptTimeout: 300 * time.Millisecond, TotalTimeout: 2 * time.Second, Propagation: PropagationOptions{Enabled: true}})
+	require.NoError(t, err)
+	defer tr3.CloseIdleConnections()
+	req, err = http.NewRequest(http.MethodGet, up.URL(), nil)
+	require.NoError(t, err)
+	resp, err = tr3.RoundTrip(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.NotEmpty(t, seen)
+	budget, _ = budgetOf(t, seen[0], server.DefaultHeaders())
+	assert.LessOrEqual(t, budget, 2*time.Second)
+	assert.Greater(t, budget, time.Second, "the total timeout's, not the attempt's")
 }
 
 func TestPropagationPushbackStops(t *testing.T) {
@@ -220,7 +238,7 @@ func TestPropagationThroughTheServerHalf(t *testing.T) {
 	require.NoError(t, err)
 	midSrv := newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) { mid.ServeHTTP(w, r) })
 
-	front, err := NewTransport(&http.Transport{}, Options{AttemptTimeout: 800 * time.Millisecond, Propagation: PropagationOptions{Enabled: true}})
+	front, err := NewTransport(&http.Transport{}, Options{AttemptTimeout: 800 * time.Millisecond, StrictAttemptTimeout: true, Propagation: PropagationOptions{Enabled: true}})
 	require.NoError(t, err)
 	defer front.CloseIdleConnections()
 	req, err := http.NewRequest(http.MethodGet, midSrv.URL(), nil)
