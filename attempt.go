@@ -146,9 +146,6 @@ func (a *attempt) send(now time.Time) outcome {
 	resp, err := c.base.RoundTrip(r)
 	c.attemptAnswered(sentAt, resp)
 	fired, held := a.dl.answered() // the deadline that cut it, if one did
-	if err == nil && fired == nil {
-		c.h.answered(a.dl.sent) // start's, on this goroutine
-	}
 	if held {
 		a.record(Event{Kind: EventAttemptHeld, Attempt: a.n, Duration: time.Since(now)})
 	}
@@ -209,6 +206,12 @@ func (a *attempt) send(now time.Time) outcome {
 	}
 	if a.judge(resp, err) {
 		return outcome{resp: resp, err: err, kind: outcomeFailure, sent: true}
+	}
+	if err == nil {
+		// Served: the upstream's queue has moved past every attempt sent
+		// before this one (overtaken). A refusal it would retry (a fast
+		// 503 from an upstream shedding new arrivals) shows no such thing.
+		c.h.answered(a.dl.sent) // start's, on this goroutine
 	}
 	return outcome{resp: resp, err: err, kind: outcomeAnswer, sent: true}
 }

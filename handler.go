@@ -26,7 +26,7 @@ type Handler struct {
 	isolated atomic.Bool
 	epoch    time.Time // when it was made: attempts' send times are read against it
 
-	// answeredSent is when the latest attempt to be answered was sent, in
+	// answeredSent is when the latest attempt to be served was sent, in
 	// nanoseconds since epoch (answered, overtaken). It is the handler's,
 	// not a host's or an endpoint's: a handler serves one upstream, and an
 	// endpoint that answers nothing while its siblings answer later
@@ -186,8 +186,8 @@ func (h *Handler) stateFor(req *http.Request) *hostState {
 	return h.hosts.get(req.URL)
 }
 
-// answered notes that an attempt sent at sent (since epoch) got its
-// response headers. Two attempts answered at once may leave the earlier
+// answered notes that an attempt sent at sent (since epoch) was served: a
+// response the retry layer accepts, not a refusal it would retry. Two attempts answered at once may leave the earlier
 // send time: overtaken learns of the later one from the next answer.
 func (h *Handler) answered(sent time.Duration) {
 	if int64(sent) > h.answeredSent.Load() {
@@ -195,7 +195,7 @@ func (h *Handler) answered(sent time.Duration) {
 	}
 }
 
-// overtaken reports whether the upstream has answered an attempt sent at
+// overtaken reports whether the upstream has served an attempt sent at
 // or after at (since epoch): one still waiting that was sent before at is
 // not queued behind that one, but stuck.
 func (h *Handler) overtaken(at time.Duration) bool {
