@@ -1,17 +1,18 @@
 package resilience
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/failsafe-go/failsafe-go/bulkhead"
 	"github.com/failsafe-go/failsafe-go/ratelimiter"
 
 	"github.com/resilienthttp/resilience/internal/overload"
@@ -21,13 +22,13 @@ import (
 // there, and a rate permit, and reports whether the call waited or may
 // have (a rate it paces by, which may have held it): the clock is read
 // again then, for the first attempt's start. The permit
-// is given back to the bulkhead it came from, even if an Update has
-// replaced that bulkhead since.
+// is given back to the gate it came from, even if an Update has
+// replaced that gate since.
 func (c *call) admit() (queued bool, err error) {
 	p := c.s.policies.Load()
-	if bh := p.bulkhead; bh != nil {
-		if !bh.TryAcquirePermit() {
-			if err := c.queue(bh); err != nil {
+	if g := p.bulkhead; g != nil {
+		if !g.tryAcquire() {
+			if err := c.queue(g); err != nil {
 				return false, err
 			}
 			queued = true
@@ -60,7 +61,7 @@ func (c *call) admit() (queued bool, err error) {
 	return queued, nil
 }
 
-func (c *call) queue(bh bulkhead.Bulkhead[any]) error {
+func (c *call) queue(g *gate) error {
 	s := c.s
 	reject := func(detail string, cause error) error {
 		c.emit(Event{Kind: EventRateLimited, Err: cause})
@@ -71,19 +72,14 @@ func (c *call) queue(bh bulkhead.Bulkhead[any]) error {
 	if s.queued.Add(1) > max {
 		return reject(admissionFull(c.cfg.RateLimit.MaxConcurrent, c.cfg.RateLimit.MaxQueue), nil)
 	}
-	var err error
-	if c.totalAt.IsZero() {
-		err = bh.AcquirePermit(c.req.Context())
-	} else {
-		err = bh.AcquirePermitWithMaxWait(c.req.Context(), time.Until(c.totalAt))
-	}
-	switch {
+	switch err := g.wait(c.req.Context(), c.totalAt); {
 	case err == nil:
 		return nil
-	case errors.Is(err, bulkhead.ErrFull):
+	case err == errGateTimeout:
 		return reject("after waiting for admission", ErrTotalTimeout)
+	default:
+		return c.errorf(nil, err, "queued for admission")
 	}
-	return c.errorf(nil, err, "queued for admission")
 }
 
 // admissionFull says why a call found no permit and no room in the queue,
@@ -103,8 +99,104 @@ func admissionFull(inFlight, queued int) string {
 func (c *call) releasePermit() {
 	if p := c.permit; p != nil {
 		c.permit = nil
-		p.bulkhead.ReleasePermit()
+		p.bulkhead.release()
 	}
+}
+
+// A gate caps the calls in flight to a host (RateLimit.MaxConcurrent) and
+// hands a permit given back to the call that has waited longest for one
+// (RateLimit.MaxQueue; queue counts them). It does what failsafe-go's
+// bulkhead does, which is a buffered channel: a send to take a permit and
+// a receive to give it back cost 351 instructions per call in
+// BenchmarkOverhead (bench/instructions.sh), 6 % of all the handler adds
+// to a call; a gate's atomic counter costs a few dozen.
+type gate struct {
+	max     int64
+	lent    atomic.Int64 // permits out, those handed on to a waiter included
+	waiting atomic.Int64 // len(queue), read without mu
+	mu      sync.Mutex
+	queue   []chan struct{} // closed when a permit is handed to its waiter
+}
+
+// errGateTimeout is why wait gave up: the deadline it was given passed.
+var errGateTimeout = errors.New("resilience: no admission permit before the deadline")
+
+func newGate(max int) *gate { return &gate{max: int64(max)} }
+
+// tryAcquire takes a permit if one is free and no call waits for one.
+func (g *gate) tryAcquire() bool {
+	return g.waiting.Load() == 0 && g.take()
+}
+
+func (g *gate) take() bool {
+	for {
+		n := g.lent.Load()
+		if n >= g.max {
+			return false
+		}
+		if g.lent.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// release gives a permit back, to the longest waiter if any waits.
+func (g *gate) release() {
+	g.lent.Add(-1)
+	if g.waiting.Load() > 0 {
+		// A waiter that queued after this load took its own look at lent
+		// after queuing (wait), and found the permit given back above.
+		g.mu.Lock()
+		g.handOnLocked()
+		g.mu.Unlock()
+	}
+}
+
+// handOnLocked gives free permits to waiters, oldest first. g.mu is held.
+func (g *gate) handOnLocked() {
+	for len(g.queue) > 0 && g.take() {
+		close(g.queue[0])
+		g.queue[0] = nil
+		g.queue = g.queue[1:]
+		g.waiting.Add(-1)
+	}
+}
+
+// wait takes a permit, waiting in line until ctx is done or until
+// deadline (none if zero), when it fails with ctx's error or
+// errGateTimeout.
+func (g *gate) wait(ctx context.Context, deadline time.Time) error {
+	ready := make(chan struct{})
+	g.mu.Lock()
+	g.queue = append(g.queue, ready)
+	g.waiting.Add(1)
+	g.handOnLocked() // a permit given back before this waiter queued
+	g.mu.Unlock()
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		expired = t.C
+	}
+	var err error
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-expired:
+		err = errGateTimeout
+	}
+	g.mu.Lock()
+	if i := slices.Index(g.queue, ready); i >= 0 {
+		g.queue = slices.Delete(g.queue, i, i+1)
+		g.waiting.Add(-1)
+		g.mu.Unlock()
+		return err
+	}
+	g.mu.Unlock()
+	g.release() // handed one as it gave up: it goes to the next in line
+	return err
 }
 
 // Rates: a call over a rate waits for its permit when RateLimitOptions.Wait
@@ -244,88 +336,6 @@ func sameRateOptions(a, b RateLimitOptions) bool {
 	}
 	return reflect.TypeOf(sa).Comparable() && reflect.TypeOf(sb).Comparable() && sa == sb
 }
-
-// OverloadStats is a snapshot of one upstream's overload limiter. Latency
-// is the smoothed time to headers of successful attempts.
-//
-// In JSON, as a health report serves it, the latency is a number of
-// milliseconds named latencyMs (to the microsecond, such as 53.217), and the
-// other fields keep their names in lower camel case: limit, inFlight,
-// queued, refused, overloaded.
-type OverloadStats struct {
-	Limit      int           // attempts allowed in flight
-	InFlight   int           // attempts in flight
-	Queued     int           // first attempts waiting
-	Latency    time.Duration // smoothed time to headers
-	Refused    uint64        // refusals and sheds so far
-	Overloaded bool          // it refused one within 1s
-}
-
-// overloadStatsJSON is OverloadStats as JSON: a duration carries its unit.
-type overloadStatsJSON struct {
-	Limit      int     `json:"limit"`
-	InFlight   int     `json:"inFlight"`
-	Queued     int     `json:"queued"`
-	LatencyMs  float64 `json:"latencyMs"`
-	Refused    uint64  `json:"refused"`
-	Overloaded bool    `json:"overloaded"`
-}
-
-// MarshalJSON encodes s with its latency in milliseconds, as latencyMs.
-func (s OverloadStats) MarshalJSON() ([]byte, error) {
-	return json.Marshal(overloadStatsJSON{Limit: s.Limit, InFlight: s.InFlight, Queued: s.Queued,
-		LatencyMs: float64(s.Latency.Round(time.Microsecond)) / float64(time.Millisecond),
-		Refused:   s.Refused, Overloaded: s.Overloaded})
-}
-
-// UnmarshalJSON decodes what MarshalJSON encodes.
-func (s *OverloadStats) UnmarshalJSON(data []byte) error {
-	var j overloadStatsJSON
-	if err := json.Unmarshal(data, &j); err != nil {
-		return err
-	}
-	if j.LatencyMs < 0 || j.LatencyMs > float64(math.MaxInt64/int64(time.Millisecond)) {
-		return fmt.Errorf("resilience: overload stats: latencyMs %v is out of range", j.LatencyMs)
-	}
-	*s = OverloadStats{Limit: j.Limit, InFlight: j.InFlight, Queued: j.Queued,
-		Latency: time.Duration(math.Round(j.LatencyMs * float64(time.Millisecond))),
-		Refused: j.Refused, Overloaded: j.Overloaded}
-	return nil
-}
-
-// OverloadStats returns a snapshot of the overload limiter, by host with
-// PerHost or Endpoints and under "" without, or nil when it is off.
-func (h *Handler) OverloadStats() map[string]OverloadStats {
-	states := h.states()
-	routed := h.cfg.Load().route != nil
-	var out map[string]OverloadStats
-	for _, s := range states {
-		if routed && s == h.shared {
-			continue // every attempt goes to an endpoint's limiter
-		}
-		if l := s.policies.Load().overload; l != nil {
-			if out == nil {
-				out = make(map[string]OverloadStats, len(states))
-			}
-			out[s.host] = OverloadStats(l.Stats()) // the same fields
-		}
-	}
-	return out
-}
-
-// OverloadError is why the overload limiter refused a call, at its limit
-// with the queue full or the wait too long. It is ErrOverloaded for errors.Is.
-type OverloadError struct {
-	Limit    int           // attempts allowed in flight when it refused
-	InFlight int           // attempts in flight then
-	Latency  time.Duration // smoothed time to headers of successes
-	Waited   time.Duration // how long the call waited for a slot
-}
-
-func (e *OverloadError) Error() string { return (*overload.Refusal)(e).Error() }
-
-// Is reports whether target is ErrOverloaded.
-func (e *OverloadError) Is(target error) bool { return target == ErrOverloaded }
 
 // takeSlot takes a slot of the overload limiter of a's host for a, if the
 // limiter is on: at now, unless it waits for one. A first attempt, or a

@@ -288,11 +288,11 @@ func TestAdmissionRequestsPerSecond(t *testing.T) {
 // by taking all the free ones and giving them back.
 func admHeldPermits(h *Handler) int {
 	free := 0
-	for h.shared.policies.Load().bulkhead.TryAcquirePermit() {
+	for h.shared.policies.Load().bulkhead.tryAcquire() {
 		free++
 	}
 	for i := 0; i < free; i++ {
-		h.shared.policies.Load().bulkhead.ReleasePermit()
+		h.shared.policies.Load().bulkhead.release()
 	}
 	return h.cfg.Load().RateLimit.MaxConcurrent - free
 }

@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/failsafe-go/failsafe-go/bulkhead"
 	"github.com/failsafe-go/failsafe-go/ratelimiter"
 
 	"github.com/resilienthttp/resilience/internal/breaker"
@@ -20,7 +19,7 @@ type hostState struct {
 	host string // the authority, with PerHost; "" otherwise
 
 	policies atomic.Pointer[policies] // replaced by an Update that changes them (live.go)
-	queued   atomic.Int64             // calls waiting for a bulkhead permit
+	queued   atomic.Int64             // calls waiting for a gate permit, or about to
 	circuit  *breaker.Circuit         // its breaker, the open reason and the half-open probe
 	entry    hostEntry                // its place in the host table, with PerHost
 
@@ -34,7 +33,7 @@ type hostState struct {
 // built from. They never change: an Update that changes those options
 // builds new ones (live.go).
 type policies struct {
-	bulkhead bulkhead.Bulkhead[any]       // nil when disabled
+	bulkhead *gate                        // nil when disabled
 	limiter  ratelimiter.RateLimiter[any] // nil without a rate
 	overload *overload.Limiter            // nil when Overload is off
 	rl       RateLimitOptions
@@ -69,7 +68,7 @@ func newPolicies(cfg *config, old *policies) *policies {
 	if rl.Disabled == was.Disabled && rl.MaxConcurrent == was.MaxConcurrent {
 		p.bulkhead = old.bulkhead
 	} else if !rl.Disabled {
-		p.bulkhead = bulkhead.New[any](uint(rl.MaxConcurrent))
+		p.bulkhead = newGate(rl.MaxConcurrent)
 	}
 	if rl.Disabled == was.Disabled && rl.RequestsPerSecond == was.RequestsPerSecond && rl.Burst == was.Burst {
 		p.limiter = old.limiter

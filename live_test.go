@@ -310,12 +310,12 @@ func TestUpdateConcurrencyLimitTakesPermitsBackWhereTheyCameFrom(t *testing.T) {
 		// Its permit went back to the new limit, which had none out.
 		require.FailNow(t, "the call in flight never ended")
 	}
-	assert.True(t, old.TryAcquirePermit(), "the call in flight gave its permit back to the old limit")
+	assert.True(t, old.tryAcquire(), "the call in flight gave its permit back to the old limit")
 	bh := h.shared.policies.Load().bulkhead
 	require.NotSame(t, old, bh)
-	assert.True(t, bh.TryAcquirePermit())
-	assert.True(t, bh.TryAcquirePermit())
-	assert.False(t, bh.TryAcquirePermit(), "the new limit got no permit it did not give")
+	assert.True(t, bh.tryAcquire())
+	assert.True(t, bh.tryAcquire())
+	assert.False(t, bh.tryAcquire(), "the new limit got no permit it did not give")
 }
 
 // What an update keeps besides the circuit: the retry budget's tokens (at

@@ -1,8 +1,12 @@
 package resilience
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
 	"time"
+
+	"github.com/resilienthttp/resilience/internal/overload"
 )
 
 // Defaults of OverloadOptions: what a zero field means.
@@ -102,3 +106,85 @@ func resolveOverload(ov *OverloadOptions, bad badOption) error {
 	}
 	return nil
 }
+
+// OverloadStats is a snapshot of one upstream's overload limiter. Latency
+// is the smoothed time to headers of successful attempts.
+//
+// In JSON, as a health report serves it, the latency is a number of
+// milliseconds named latencyMs (to the microsecond, such as 53.217), and the
+// other fields keep their names in lower camel case: limit, inFlight,
+// queued, refused, overloaded.
+type OverloadStats struct {
+	Limit      int           // attempts allowed in flight
+	InFlight   int           // attempts in flight
+	Queued     int           // first attempts waiting
+	Latency    time.Duration // smoothed time to headers
+	Refused    uint64        // refusals and sheds so far
+	Overloaded bool          // it refused one within 1s
+}
+
+// overloadStatsJSON is OverloadStats as JSON: a duration carries its unit.
+type overloadStatsJSON struct {
+	Limit      int     `json:"limit"`
+	InFlight   int     `json:"inFlight"`
+	Queued     int     `json:"queued"`
+	LatencyMs  float64 `json:"latencyMs"`
+	Refused    uint64  `json:"refused"`
+	Overloaded bool    `json:"overloaded"`
+}
+
+// MarshalJSON encodes s with its latency in milliseconds, as latencyMs.
+func (s OverloadStats) MarshalJSON() ([]byte, error) {
+	return json.Marshal(overloadStatsJSON{Limit: s.Limit, InFlight: s.InFlight, Queued: s.Queued,
+		LatencyMs: float64(s.Latency.Round(time.Microsecond)) / float64(time.Millisecond),
+		Refused:   s.Refused, Overloaded: s.Overloaded})
+}
+
+// UnmarshalJSON decodes what MarshalJSON encodes.
+func (s *OverloadStats) UnmarshalJSON(data []byte) error {
+	var j overloadStatsJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	if j.LatencyMs < 0 || j.LatencyMs > float64(math.MaxInt64/int64(time.Millisecond)) {
+		return fmt.Errorf("resilience: overload stats: latencyMs %v is out of range", j.LatencyMs)
+	}
+	*s = OverloadStats{Limit: j.Limit, InFlight: j.InFlight, Queued: j.Queued,
+		Latency: time.Duration(math.Round(j.LatencyMs * float64(time.Millisecond))),
+		Refused: j.Refused, Overloaded: j.Overloaded}
+	return nil
+}
+
+// OverloadStats returns a snapshot of the overload limiter, by host with
+// PerHost or Endpoints and under "" without, or nil when it is off.
+func (h *Handler) OverloadStats() map[string]OverloadStats {
+	states := h.states()
+	routed := h.cfg.Load().route != nil
+	var out map[string]OverloadStats
+	for _, s := range states {
+		if routed && s == h.shared {
+			continue // every attempt goes to an endpoint's limiter
+		}
+		if l := s.policies.Load().overload; l != nil {
+			if out == nil {
+				out = make(map[string]OverloadStats, len(states))
+			}
+			out[s.host] = OverloadStats(l.Stats()) // the same fields
+		}
+	}
+	return out
+}
+
+// OverloadError is why the overload limiter refused a call, at its limit
+// with the queue full or the wait too long. It is ErrOverloaded for errors.Is.
+type OverloadError struct {
+	Limit    int           // attempts allowed in flight when it refused
+	InFlight int           // attempts in flight then
+	Latency  time.Duration // smoothed time to headers of successes
+	Waited   time.Duration // how long the call waited for a slot
+}
+
+func (e *OverloadError) Error() string { return (*overload.Refusal)(e).Error() }
+
+// Is reports whether target is ErrOverloaded.
+func (e *OverloadError) Is(target error) bool { return target == ErrOverloaded }

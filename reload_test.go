@@ -246,9 +246,9 @@ func TestLiveConfigurationConcurrentWithCalls(t *testing.T) {
 					continue
 				}
 				for i := 0; i < p.rl.MaxConcurrent; i++ {
-					require.True(t, p.bulkhead.TryAcquirePermit(), "permit %d of %d still held", i+1, p.rl.MaxConcurrent)
+					require.True(t, p.bulkhead.tryAcquire(), "permit %d of %d still held", i+1, p.rl.MaxConcurrent)
 				}
-				assert.False(t, p.bulkhead.TryAcquirePermit(), "more permits than MaxConcurrent")
+				assert.False(t, p.bulkhead.tryAcquire(), "more permits than MaxConcurrent")
 			}
 			states := []*hostState{h.shared}
 			if perHost {

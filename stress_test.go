@@ -212,11 +212,11 @@ func TestStress(t *testing.T) {
 	// Admission: every permit is back and nobody is queued.
 	require.Zero(t, h.shared.queued.Load(), "calls still queued for admission")
 	for i := range maxConcurrent {
-		require.True(t, h.shared.policies.Load().bulkhead.TryAcquirePermit(), "concurrency permit %d of %d still held", i+1, maxConcurrent)
+		require.True(t, h.shared.policies.Load().bulkhead.tryAcquire(), "concurrency permit %d of %d still held", i+1, maxConcurrent)
 	}
-	require.False(t, h.shared.policies.Load().bulkhead.TryAcquirePermit(), "more permits than MaxConcurrent")
+	require.False(t, h.shared.policies.Load().bulkhead.tryAcquire(), "more permits than MaxConcurrent")
 	for range maxConcurrent {
-		h.shared.policies.Load().bulkhead.ReleasePermit()
+		h.shared.policies.Load().bulkhead.release()
 	}
 
 	// Connections: with the idle ones closed, none is left open at either
