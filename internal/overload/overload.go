@@ -30,8 +30,9 @@
 //
 // First attempts of new calls wait for a slot in the queue, bounded by
 // MaxQueue, MaxQueueWait and the call's deadline less the smoothed time to
-// headers: a call waits while it could still be answered in time; one that
-// could not is refused, not sent to be served to nobody. A fixed 1 s wait
+// headers, read again when that wait ends (an upstream whose queue drained
+// meanwhile answers sooner): a call waits while it could still be answered
+// in time; one that could not is refused, not sent to be served to nobody. A fixed 1 s wait
 // refused 538-628 calls of the fleet experiment's slowdown that bare served
 // in time; this refuses 18 (bench/results/fleet-held.md). Retries wait in the same
 // queue while the limiter is not shedding; while it is (it refused a first
@@ -212,8 +213,10 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 		l.mu.Unlock()
 		return l.slot(k, now), nil
 	}
+	start := time.Now()
+	most := start.Add(wait) // MaxQueueWait's bound
 	if wait > 0 && !until.IsZero() {
-		wait = min(wait, time.Until(until)-l.srtt)
+		wait = min(wait, until.Sub(start)-l.srtt)
 	}
 	if wait <= 0 || len(l.waiters) >= l.opts.MaxQueue || (n > 1 && l.sheddingLocked()) {
 		err := l.refuseLocked(0, n)
@@ -224,16 +227,34 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 	l.waiters = append(l.waiters, w)
 	l.mu.Unlock()
 
-	start := time.Now()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	var cause error
-	select {
-	case <-w.ready:
-		return l.slot(w.k, time.Now()), nil // k was written before ready was closed
-	case <-timer.C:
-	case <-ctx.Done():
-		cause = ctx.Err()
+	for waiting := true; waiting; {
+		select {
+		case <-w.ready:
+			return l.slot(w.k, time.Now()), nil // k was written before ready was closed
+		case <-timer.C:
+			// The time to headers it was to be refused by may have fallen
+			// while it waited (the upstream's queue drained): it waits on
+			// while it could still be answered in time.
+			now := time.Now()
+			l.mu.Lock()
+			end := until.Add(-l.srtt)
+			if most.Before(end) {
+				end = most
+			}
+			if !w.granted && !until.IsZero() && end.After(now) {
+				l.mu.Unlock()
+				timer.Reset(end.Sub(now))
+				continue
+			}
+			l.mu.Unlock()
+			waiting = false
+		case <-ctx.Done():
+			cause = ctx.Err()
+			waiting = false
+		}
 	}
 	l.mu.Lock()
 	if w.granted { // granted as the wait ended: give the slot back if the caller left

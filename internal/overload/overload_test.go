@@ -353,3 +353,50 @@ func TestLimiterWaitsWhileTheCallCanStillBeAnswered(t *testing.T) {
 	held.End(Dropped, 0)
 	require.NoError(t, <-got, "and gets the slot")
 }
+
+// Issue 31: the time to headers a queued call was going to be refused by
+// is read again when its wait ends. In a fleet's slowdown, calls queued
+// late in it were refused by the slow upstream's time to headers, though
+// by then its queue had drained and a bare client had them served. One
+// whose time to headers fell while it waited waits on; one whose did not
+// is refused when its wait ends, and one never waits past MaxQueueWait.
+func TestLimiterWaitFollowsTheTimeToHeaders(t *testing.T) {
+	l := New(testOptions(1, 1), time.Now)
+	held, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	require.NoError(t, err)
+	setRTT := func(d time.Duration) {
+		l.mu.Lock()
+		l.srtt = d
+		l.mu.Unlock()
+	}
+	setRTT(200 * time.Millisecond)
+
+	start := time.Now()
+	_, err = l.Acquire(context.Background(), time.Hour, start.Add(230*time.Millisecond), 1, start)
+	var oe *Refusal
+	require.ErrorAs(t, err, &oe, "the time to headers held: refused when the wait ends")
+	assert.GreaterOrEqual(t, oe.Waited, 30*time.Millisecond-time.Millisecond)
+
+	got := make(chan error, 1)
+	go func() {
+		s, err := l.Acquire(context.Background(), time.Hour, time.Now().Add(230*time.Millisecond), 1, time.Now())
+		if err == nil {
+			s.End(Dropped, 0)
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool { return l.Stats().Queued == 1 }, 5*time.Second, time.Millisecond)
+	setRTT(time.Millisecond)          // the upstream's queue drained
+	time.Sleep(60 * time.Millisecond) // past the wait it was given
+	require.Equal(t, 1, l.Stats().Queued, "it waits on")
+	held.End(Dropped, 0)
+	require.NoError(t, <-got, "and gets the slot")
+
+	held, err = l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	require.NoError(t, err)
+	defer held.End(Dropped, 0)
+	start = time.Now()
+	_, err = l.Acquire(context.Background(), 20*time.Millisecond, start.Add(time.Hour), 1, start)
+	require.ErrorAs(t, err, &oe, "MaxQueueWait still bounds it")
+	assert.Less(t, oe.Waited, time.Second)
+}
