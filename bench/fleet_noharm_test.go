@@ -181,7 +181,7 @@ func nhOpenLoop(tb testing.TB, name string, seed uint64, n int, load float64, tr
 	during func(stop <-chan struct{}, clients [][]*http.Client),
 ) nhResult {
 	tb.Helper()
-	cfg := fleetConfig(tr, false, tl)
+	cfg := fleetConfig(tr, ovlModes[0], tl)
 	cfg.h2 = h2
 	r := runFleetWith(tb, nhKinds(), n, cfg, seed, tl, fleetRunOpts{rate: load * ovlCapacity, during: during})
 	res := nhResult{probe: name, seed: seed, sides: nhFleetSides(r), lagP99: r.lagP99, cpu: r.cpu, wall: r.wall, phases: tr.dur > 0}
@@ -491,7 +491,7 @@ type nhChildResult struct {
 func nhStarved(tb testing.TB, seed uint64) nhResult {
 	tb.Helper()
 	tl := fleetTimeline{before: 4 * time.Second, trigger: nhStarveFor, after: 4 * time.Second}
-	cfg := fleetConfig(ovlTrigger{}, false, tl)
+	cfg := fleetConfig(ovlTrigger{}, ovlModes[0], tl)
 	spec := nhChildSpec{Seed: seed, Rate: nhSteadyLoad * ovlCapacity, Before: tl.before, Starve: tl.trigger, After: tl.after,
 		Spin: nhStarveSpin, Out: filepath.Join(tb.TempDir(), "starved.json")}
 	var ups []*ovlUpstream

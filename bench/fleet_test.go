@@ -75,8 +75,8 @@ func fleetTriggers(tl fleetTimeline) []ovlTrigger {
 }
 
 // fleetConfig is the upstream of a trigger and mode over timeline tl.
-func fleetConfig(tr ovlTrigger, aware bool, tl fleetTimeline) ovlUpstreamConfig {
-	cfg := ovlConfig(tr, aware)
+func fleetConfig(tr ovlTrigger, m ovlMode, tl fleetTimeline) ovlUpstreamConfig {
+	cfg := ovlConfig(tr, m)
 	cfg.span = tl.runFor() + 2500*time.Millisecond // the last calls' deadlines
 	return cfg
 }
@@ -472,10 +472,7 @@ func runFleetWith(tb testing.TB, kinds []fleetKind, n int, cfg ovlUpstreamConfig
 	}
 	arrivals := ovlArrivals(seed, o.rate, tl.runFor())
 	assign := fleetAssign(seed, len(arrivals), n)
-	run := fleetRun{n: n, trigger: cfg.trigger.name, mode: "oblivious", seed: seed, tl: tl, cfg: cfg}
-	if cfg.aware {
-		run.mode = "aware"
-	}
+	run := fleetRun{n: n, trigger: cfg.trigger.name, mode: cfg.modeName(), seed: seed, tl: tl, cfg: cfg}
 	run.sides = make([]fleetSide, len(kinds))
 	urls := make([]string, len(kinds))
 	for i, m := range members {
@@ -638,7 +635,7 @@ func BenchmarkFleet(b *testing.B) {
 			for _, m := range p.modes {
 				for _, seed := range p.seeds {
 					for _, kinds := range fleetGroups(p.kinds) {
-						r := runFleet(b, kinds, n, fleetConfig(tr, m.aware, p.tl), seed, p.tl)
+						r := runFleet(b, kinds, n, fleetConfig(tr, m, p.tl), seed, p.tl)
 						runs = append(runs, r)
 						fleetLog(r)
 					}
@@ -697,18 +694,18 @@ func TestFleetSmoke(t *testing.T) {
 	for _, m := range ovlModes {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			fleetSmoke(t, m.aware)
+			fleetSmoke(t, m)
 		})
 	}
 }
 
-// fleetSmoke is TestFleetSmoke against the aware upstream or the
-// oblivious one.
-func fleetSmoke(t *testing.T, aware bool) {
+// fleetSmoke is TestFleetSmoke against an upstream of mode m.
+func fleetSmoke(t *testing.T, m ovlMode) {
+	aware := m.aware
 	tl := fleetTimeline{before: 500 * time.Millisecond, trigger: 500 * time.Millisecond, after: time.Second}
 	tr := fleetTriggers(tl)[0]
 	const n = 3
-	r := runFleet(t, fleetKinds, n, fleetConfig(tr, aware, tl), 1, tl)
+	r := runFleet(t, fleetKinds, n, fleetConfig(tr, m, tl), 1, tl)
 	require.Len(t, r.sides, len(fleetKinds))
 	res := fleetResultsOf(fleetParams{tl: tl}, []fleetRun{r}, time.Second, "", "")
 	require.Len(t, res.Rows, len(fleetKinds), "a row per side")
@@ -805,7 +802,7 @@ func TestFleetStallSummary(t *testing.T) {
 	tl := fleetTimeline{before: 4 * time.Second, trigger: 4 * time.Second, after: 4 * time.Second}
 	tr := fleetTriggers(tl)[2]
 	require.True(t, tr.stall)
-	r := fleetRun{tl: tl, cfg: fleetConfig(tr, false, tl)}
+	r := fleetRun{tl: tl, cfg: fleetConfig(tr, ovlModes[0], tl)}
 	side := func(everyOther bool) fleetSide {
 		s := fleetSide{up: ovlUpRecord{win: make([]ovlUpWindow, int(r.cfg.span/ovlWindow))}}
 		for k := range 1200 { // 100 per second for 12 s, each 10 ms long

@@ -60,9 +60,18 @@ var ovlTriggers = []ovlTrigger{
 type ovlMode struct {
 	name  string
 	aware bool
+	shed  int // the upstream's queue bound (ovlUpstreamConfig.shed); 0: none
 }
 
-var ovlModes = []ovlMode{{"oblivious", false}, {"aware", true}}
+// ovlModes are the upstream's modes; the overload experiment runs the
+// first two unless OVERLOAD_MODES names the third: an aware upstream
+// that also sheds, with a 503, what finds 4 × its workers queued (32
+// calls: 80 ms of work), each refusal taking a worker for ovlRejectCost.
+var ovlModes = []ovlMode{{"oblivious", false, 0}, {"aware", true, 0}, {"shedding", true, 4 * ovlWorkers}}
+
+// ovlRejectCost is the worker time a shedding upstream spends on a refusal:
+// a tenth of a service.
+const ovlRejectCost = ovlService / 10
 
 // ovlSeeds are the seeds of the arrivals (and of the SRE throttle's draws);
 // OVERLOAD_SEEDS=1,2 overrides them.
@@ -130,10 +139,7 @@ func runOverload(tb testing.TB, cl ovlClient, cfg ovlUpstreamConfig, seed uint64
 	}
 	arrivals := ovlArrivals(seed, ovlLoad*ovlCapacity, runFor)
 	run := ovlRun{client: cl.name, trigger: cfg.trigger.name, seed: seed, cfg: cfg, calls: make([]ovlCall, len(arrivals))}
-	run.mode = "oblivious"
-	if cfg.aware {
-		run.mode = "aware"
-	}
+	run.mode = cfg.modeName()
 	url := up.URL() + "/items"
 	lags := make([]time.Duration, len(arrivals))
 	cpu0 := ovlCPUTime()
@@ -196,8 +202,23 @@ func ovlCPUTime() time.Duration {
 }
 
 // ovlConfig is the upstream of a trigger and mode.
-func ovlConfig(tr ovlTrigger, aware bool) ovlUpstreamConfig {
-	return ovlUpstreamConfig{workers: ovlWorkers, service: ovlService, aware: aware, trigger: tr, span: ovlSpan}
+func ovlConfig(tr ovlTrigger, m ovlMode) ovlUpstreamConfig {
+	cfg := ovlUpstreamConfig{workers: ovlWorkers, service: ovlService, aware: m.aware, trigger: tr, span: ovlSpan}
+	if m.shed > 0 {
+		cfg.shed, cfg.rejectCost = m.shed, ovlRejectCost
+	}
+	return cfg
+}
+
+// modeName is the name of c's mode, as ovlModes has it.
+func (c ovlUpstreamConfig) modeName() string {
+	switch {
+	case c.shed > 0:
+		return "shedding"
+	case c.aware:
+		return "aware"
+	}
+	return "oblivious"
 }
 
 // BenchmarkOverload runs the overload experiment once, whatever b.N (run it
@@ -223,8 +244,9 @@ func BenchmarkOverload(b *testing.B) {
 			return !slices.Contains(strings.Split(s, ","), t.name)
 		})
 	}
-	modes := ovlModes
+	modes := ovlModes[:2]
 	if s := os.Getenv("OVERLOAD_MODES"); s != "" {
+		modes = ovlModes
 		modes = slices.DeleteFunc(slices.Clone(modes), func(m ovlMode) bool {
 			return !slices.Contains(strings.Split(s, ","), m.name)
 		})
@@ -237,7 +259,7 @@ func BenchmarkOverload(b *testing.B) {
 		for _, m := range modes {
 			for _, seed := range seeds {
 				for _, cl := range clients {
-					r := runOverload(b, cl, ovlConfig(tr, m.aware), seed, ovlRunFor)
+					r := runOverload(b, cl, ovlConfig(tr, m), seed, ovlRunFor)
 					runs = append(runs, r)
 					s := ovlSummarize(r)
 					fmt.Fprintf(os.Stderr, "overload %-10s %-9s seed %d %-28s trigger %5.1f%%  recovery %-6s  %4.2f att/call  wasted %4.1f%%  cpu %.2f  lag p99 %v\n",
@@ -294,7 +316,7 @@ func TestOverloadSmoke(t *testing.T) {
 		t.Skip("a few seconds of open-loop traffic")
 	}
 	const runFor = 2500 * time.Millisecond
-	cfg := ovlConfig(ovlTrigger{}, false)
+	cfg := ovlConfig(ovlTrigger{}, ovlModes[0])
 	cfg.span = runFor + 2500*time.Millisecond
 	for _, name := range []string{"bare", "resilience"} {
 		t.Run(name, func(t *testing.T) {
@@ -335,7 +357,7 @@ func TestOverloadSmoke(t *testing.T) {
 		// The stall outlasts the bare client's deadline: its calls give
 		// up in the queue, and the aware upstream drops them.
 		tr := ovlTrigger{name: "stall", at: 200 * time.Millisecond, dur: 2100 * time.Millisecond, stall: true}
-		cfg := ovlConfig(tr, true)
+		cfg := ovlConfig(tr, ovlModes[1])
 		cfg.span = runFor + 2500*time.Millisecond
 		r := runOverload(t, ovlClients[0], cfg, 2, 2400*time.Millisecond)
 		up := r.up.totals
@@ -348,15 +370,15 @@ func TestOverloadSmoke(t *testing.T) {
 // TestOverloadUpstreamModel checks the trigger arithmetic of the upstream.
 func TestOverloadUpstreamModel(t *testing.T) {
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
-	stall := ovlConfig(ovlTrigger{at: ms(1000), dur: ms(2000), stall: true}, false)
+	stall := ovlConfig(ovlTrigger{at: ms(1000), dur: ms(2000), stall: true}, ovlModes[0])
 	assert.Equal(t, ms(120), stall.serviceEnd(ms(100)), "before the stall")
 	assert.Equal(t, ms(3010), stall.serviceEnd(ms(990)), "overlapping its start: pushed back by the overlap")
 	assert.Equal(t, ms(3020), stall.serviceEnd(ms(1500)), "inside it")
 	assert.Equal(t, 0, stall.workersAt(ms(1500)))
-	slow := ovlConfig(ovlTrigger{at: ms(1000), dur: ms(4000), slow: 2.5}, false)
+	slow := ovlConfig(ovlTrigger{at: ms(1000), dur: ms(4000), slow: 2.5}, ovlModes[0])
 	assert.Equal(t, ms(1050), slow.serviceEnd(ms(1000)))
 	assert.InDelta(t, 160, slow.capacityAt(ms(2000)), 1e-9)
-	half := ovlConfig(ovlTrigger{at: ms(1000), dur: ms(4000), capacity: 0.5}, false)
+	half := ovlConfig(ovlTrigger{at: ms(1000), dur: ms(4000), capacity: 0.5}, ovlModes[0])
 	assert.Equal(t, 4, half.workersAt(ms(1000)))
 	assert.Equal(t, 8, half.workersAt(ms(5000)))
 	assert.InDelta(t, 400, half.capacityAt(ms(0)), 1e-9)
@@ -370,7 +392,7 @@ func TestOverloadUpstreamModel(t *testing.T) {
 // trigger from 5 s to 9 s during which every other call fails, failures
 // until 10.2 s, then successes.
 func TestOverloadSummary(t *testing.T) {
-	cfg := ovlConfig(ovlTrigger{name: "slow", at: 5 * time.Second, dur: 4 * time.Second, slow: 2.5}, false)
+	cfg := ovlConfig(ovlTrigger{name: "slow", at: 5 * time.Second, dur: 4 * time.Second, slow: 2.5}, ovlModes[0])
 	r := ovlRun{cfg: cfg, up: ovlUpRecord{win: make([]ovlUpWindow, int(ovlSpan/ovlWindow))}}
 	for k := range 2000 { // 100 calls per second for 20 s, each 10 ms long
 		at := time.Duration(k) * 10 * time.Millisecond
@@ -428,7 +450,7 @@ func BenchmarkOverloadNoHarm(b *testing.B) {
 	}
 	for _, cl := range clients {
 		r := row{name: cl.name, burstLost: ovlBurst(b, cl)}
-		cfg := ovlConfig(ovlTrigger{name: "step3x", at: 3 * time.Second, dur: 4 * time.Second, slow: 3}, false)
+		cfg := ovlConfig(ovlTrigger{name: "step3x", at: 3 * time.Second, dur: 4 * time.Second, slow: 3}, ovlModes[0])
 		cfg.workers = 8 * ovlWorkers
 		cfg.span = 10*time.Second + 2500*time.Millisecond
 		run := runOverload(b, cl, cfg, 1, 10*time.Second)

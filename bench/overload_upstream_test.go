@@ -26,6 +26,10 @@ import (
 //     passed, answering 503 as http.TimeoutHandler does (a caller that left
 //     reads nothing; one whose budget ran out while it still waits reads
 //     the refusal). Work already started is never cut short.
+//   - shedding (ovlUpstreamConfig.shed): aware, and its queue is bounded:
+//     a request that finds it full is refused with a 503, which first
+//     takes a worker for rejectCost, ahead of the queue, as a server's
+//     accept path sheds before it serves.
 //
 // Whether the work was wasted is not read from the request's context (the
 // oblivious server must not look at it): every attempt carries an id in
@@ -47,7 +51,7 @@ const ovlWindow = 250 * time.Millisecond
 // ovlUpWindow is what the upstream saw in one window.
 type ovlUpWindow struct {
 	arrivals    int           // attempts arriving
-	completions int           // services finished (dead or alive)
+	completions int           // services finished (dead or alive), and refusals (shed)
 	dropped     int           // aware mode: left unserved, caller gone or deadline passed
 	queueArea   time.Duration // ∫ queue length dt over the window
 	busy        time.Duration // worker time in service
@@ -62,9 +66,14 @@ type ovlUpstreamConfig struct {
 	workers int
 	service time.Duration
 	aware   bool
-	trigger ovlTrigger
-	span    time.Duration // windows are recorded over [0, span)
-	h2      bool          // served over TLS with HTTP/2 (httptest's StartTLS); plain HTTP/1.1 if false
+	// shed, when > 0, bounds the queue: a request that finds shed waiting
+	// is refused with a 503, which takes a worker for rejectCost first,
+	// ahead of the queue (a server's accept path sheds before it serves).
+	shed       int
+	rejectCost time.Duration
+	trigger    ovlTrigger
+	span       time.Duration // windows are recorded over [0, span)
+	h2         bool          // served over TLS with HTTP/2 (httptest's StartTLS); plain HTTP/1.1 if false
 }
 
 // ovlTrigger is what goes wrong, when, for how long. A zero trigger changes
@@ -187,6 +196,7 @@ type ovlUpstream struct {
 	peakQueue  int
 	peakHeld   int // most requests held at once, queued or in service
 	served200  int // 200s written in full
+	rejected   int // 503s written for a full queue (shed)
 	h2Arrivals int // attempts that arrived over HTTP/2
 	totals     ovlUpWindow
 }
@@ -195,6 +205,7 @@ type ovlWaiter struct {
 	r       *http.Request
 	ready   chan struct{} // closed when a worker takes it, or it is dropped
 	dropped bool
+	reject  bool // shed: it holds a worker for rejectCost, then is answered 503
 }
 
 var ovlOKBody = []byte(`{"status":"ok","items":[1,2,3]}`)
@@ -317,7 +328,7 @@ func (u *ovlUpstream) dispatch(now time.Duration) {
 			u.queue = append(u.queue[:0], u.queue[u.head:]...)
 			u.head = 0
 		}
-		if u.cfg.aware && w.r.Context().Err() != nil {
+		if u.cfg.aware && !w.reject && w.r.Context().Err() != nil {
 			w.dropped = true
 			if win := u.window(now); win != nil {
 				win.dropped++
@@ -344,7 +355,18 @@ func (u *ovlUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	wt := &ovlWaiter{r: r, ready: make(chan struct{})}
 	u.queueChanged(now)
-	u.queue = append(u.queue, wt)
+	switch {
+	case u.cfg.shed > 0 && u.queueLen() >= u.cfg.shed:
+		wt.reject = true // refused, at the head: shedding comes before serving
+		if u.head > 0 {
+			u.head--
+			u.queue[u.head] = wt
+		} else {
+			u.queue = append([]*ovlWaiter{wt}, u.queue...)
+		}
+	default:
+		u.queue = append(u.queue, wt)
+	}
 	u.peakQueue = max(u.peakQueue, u.queueLen())
 	// held only grows here: dispatch moves requests from the queue into
 	// service, and completions and drops only lower it
@@ -367,6 +389,9 @@ func (u *ovlUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	start := time.Since(u.t0)
 	end := u.cfg.serviceEnd(start)
+	if wt.reject {
+		end = start + u.cfg.rejectCost
+	}
 	u.mu.Unlock()
 	t := time.NewTimer(time.Until(u.t0.Add(end)))
 	select {
@@ -379,6 +404,21 @@ func (u *ovlUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if wt.reject {
+		u.mu.Lock()
+		u.inService--
+		u.spread(start, end, func(w *ovlUpWindow, d time.Duration) { w.busy += d })
+		u.totals.busy += end - start
+		if win := u.window(end); win != nil {
+			win.completions++
+		}
+		u.totals.completions++
+		u.rejected++
+		u.dispatch(time.Since(u.t0))
+		u.mu.Unlock()
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
 	dead := u.reg.endedBy(id, time.Now())
 	u.mu.Lock()
 	u.inService--
