@@ -135,9 +135,8 @@ func (h *Handler) states() []*hostState {
 	return states
 }
 
-// HostCircuitStates reports the circuit state of every host or endpoint the
-// handler keeps, by authority (scheme://host:port); nil when it keeps none
-// and PerHost is off.
+// HostCircuitStates reports the circuit state of every host or endpoint
+// the handler keeps, by authority (scheme://host:port); nil if it keeps none.
 func (h *Handler) HostCircuitStates() map[string]CircuitState {
 	hosts := h.hosts.all()
 	if len(hosts) == 0 && h.shared != nil {

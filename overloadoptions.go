@@ -176,12 +176,14 @@ func (h *Handler) OverloadStats() map[string]OverloadStats {
 }
 
 // OverloadError is why the overload limiter refused a call, at its limit
-// with the queue full or the wait too long. It is ErrOverloaded for errors.Is.
+// with the queue full or the wait too long, or a retry (Usual > 0). It is
+// ErrOverloaded for errors.Is.
 type OverloadError struct {
 	Limit    int           // attempts allowed in flight when it refused
 	InFlight int           // attempts in flight then
-	Latency  time.Duration // smoothed time to headers of successes
+	Latency  time.Duration // smoothed time to headers of successes; with Usual, of the last few
 	Waited   time.Duration // how long the call waited for a slot
+	Usual    time.Duration // usual time to headers, when Latency is far over it and a retry was shed
 }
 
 func (e *OverloadError) Error() string { return (*overload.Refusal)(e).Error() }

@@ -37,8 +37,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.h.roundTrip(t.base, req)
 }
 
-// CloseIdleConnections calls the base RoundTripper's CloseIdleConnections,
-// if any.
+// CloseIdleConnections calls the base's CloseIdleConnections, if any.
 func (t *Transport) CloseIdleConnections() {
 	t.init()
 	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {

@@ -400,3 +400,64 @@ func TestLimiterWaitFollowsTheTimeToHeaders(t *testing.T) {
 	require.ErrorAs(t, err, &oe, "MaxQueueWait still bounds it")
 	assert.Less(t, oe.Waited, time.Second)
 }
+
+// Issue 31: a retry is shed while the upstream's last answers came far
+// slower than usual (it queues the work it is given), however far under
+// its limit the limiter is: in a fleet each Handler is. First attempts are
+// not. An upstream that answers in a fraction of a millisecond is not
+// sluggish for a millisecond's pause.
+func TestLimiterShedsRetriesWhileTheUpstreamIsSluggish(t *testing.T) {
+	l := New(testOptions(1, 10), time.Now)
+	stalled := false
+	l.ownStall = func(time.Time, time.Duration) bool { return stalled }
+	answer := func(rtt time.Duration) {
+		s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		require.NoError(t, err)
+		s.End(Answered, rtt)
+	}
+	retry := func() error {
+		s, err := l.Acquire(context.Background(), 0, time.Time{}, 2, time.Now())
+		if err == nil {
+			s.Release(Dropped)
+		}
+		return err
+	}
+	for range 20 {
+		answer(20 * time.Millisecond)
+	}
+	require.NoError(t, retry(), "usual answers: retries go")
+
+	answer(250 * time.Millisecond)
+	answer(250 * time.Millisecond)
+	err := retry()
+	var r *Refusal
+	require.ErrorAs(t, err, &r, "two answers 12 times slower than usual: shed")
+	assert.Greater(t, r.Latency, 60*time.Millisecond)
+	assert.InDelta(t, 20*time.Millisecond, r.Usual, float64(10*time.Millisecond))
+	assert.Contains(t, r.Error(), "retry shed")
+	s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	require.NoError(t, err, "a first attempt is not shed")
+	s.Release(Dropped)
+	stalled = true
+	require.NoError(t, retry(), "the client's own goroutines waited to run: its stall, not the upstream's")
+	stalled = false
+
+	for range 6 {
+		answer(20 * time.Millisecond)
+	}
+	require.NoError(t, retry(), "back to usual: retries go again")
+
+	fast := New(testOptions(1, 10), time.Now)
+	fast.ownStall = func(time.Time, time.Duration) bool { return false }
+	for range 20 {
+		s, _ := fast.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		s.End(Answered, 200*time.Microsecond)
+	}
+	for range 3 {
+		s, _ := fast.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		s.End(Answered, 2*time.Millisecond)
+	}
+	s, err = fast.Acquire(context.Background(), 0, time.Time{}, 2, time.Now())
+	require.NoError(t, err, "ten times slower, by under sluggishMargin: not sluggish")
+	s.Release(Dropped)
+}
