@@ -259,6 +259,9 @@ var fleetKinds = []fleetKind{
 	}, server: func(upstream http.Handler, counters *fleetServerCounters) (http.Handler, error) {
 		return server.New(upstream, fleetServerOptions(counters))
 	}},
+	{name: "resilience (no retries)", doc: "the handler's defaults, scaled, with Retry.Disabled: what the rest of the handler does, without what its retries do", handler: true, new: func(base http.RoundTripper, counters *fleetCounters) (*http.Client, error) {
+		return fleetHandler(base, counters, func(o *resilience.Options) { o.Retry.Disabled = true })
+	}},
 	{name: "resilience (limiter off)", doc: "the handler's defaults, scaled, with Overload.Disabled (issue 19's limiter off), one Handler per replica", handler: true, new: func(base http.RoundTripper, counters *fleetCounters) (*http.Client, error) {
 		return fleetHandler(base, counters, func(o *resilience.Options) { o.Overload.Disabled = true })
 	}},

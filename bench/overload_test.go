@@ -58,16 +58,24 @@ var ovlTriggers = []ovlTrigger{
 
 // ovlModes: does the upstream serve queued requests whose caller has gone?
 type ovlMode struct {
-	name  string
-	aware bool
-	shed  int // the upstream's queue bound (ovlUpstreamConfig.shed); 0: none
+	name       string
+	aware      bool
+	shed       int    // the upstream's queue bound (ovlUpstreamConfig.shed); 0: none
+	retryAfter string // the Retry-After of its 503s (ovlUpstreamConfig.retryAfter); "": none
 }
 
 // ovlModes are the upstream's modes; the overload experiment runs the
-// first two unless OVERLOAD_MODES names the third: an aware upstream
+// first two unless OVERLOAD_MODES names the others: an aware upstream
 // that also sheds, with a 503, what finds 4 × its workers queued (32
-// calls: 80 ms of work), each refusal taking a worker for ovlRejectCost.
-var ovlModes = []ovlMode{{"oblivious", false, 0}, {"aware", true, 0}, {"shedding", true, 4 * ovlWorkers}}
+// calls: 80 ms of work), each refusal taking a worker for ovlRejectCost;
+// and the same whose 503s say Retry-After: 3, longer than the callers'
+// 2 s deadline (as 45 s would be to the unscaled 30 s).
+var ovlModes = []ovlMode{
+	{"oblivious", false, 0, ""},
+	{"aware", true, 0, ""},
+	{"shedding", true, 4 * ovlWorkers, ""},
+	{"shedding+retry-after", true, 4 * ovlWorkers, "3"},
+}
 
 // ovlRejectCost is the worker time a shedding upstream spends on a refusal:
 // a tenth of a service.
@@ -205,7 +213,7 @@ func ovlCPUTime() time.Duration {
 func ovlConfig(tr ovlTrigger, m ovlMode) ovlUpstreamConfig {
 	cfg := ovlUpstreamConfig{workers: ovlWorkers, service: ovlService, aware: m.aware, trigger: tr, span: ovlSpan}
 	if m.shed > 0 {
-		cfg.shed, cfg.rejectCost = m.shed, ovlRejectCost
+		cfg.shed, cfg.rejectCost, cfg.retryAfter = m.shed, ovlRejectCost, m.retryAfter
 	}
 	return cfg
 }
@@ -213,6 +221,8 @@ func ovlConfig(tr ovlTrigger, m ovlMode) ovlUpstreamConfig {
 // modeName is the name of c's mode, as ovlModes has it.
 func (c ovlUpstreamConfig) modeName() string {
 	switch {
+	case c.shed > 0 && c.retryAfter != "":
+		return "shedding+retry-after"
 	case c.shed > 0:
 		return "shedding"
 	case c.aware:

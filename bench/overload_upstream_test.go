@@ -71,6 +71,7 @@ type ovlUpstreamConfig struct {
 	// ahead of the queue (a server's accept path sheds before it serves).
 	shed       int
 	rejectCost time.Duration
+	retryAfter string // the Retry-After header of a shed 503, if not ""
 	trigger    ovlTrigger
 	span       time.Duration // windows are recorded over [0, span)
 	h2         bool          // served over TLS with HTTP/2 (httptest's StartTLS); plain HTTP/1.1 if false
@@ -416,6 +417,9 @@ func (u *ovlUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		u.rejected++
 		u.dispatch(time.Since(u.t0))
 		u.mu.Unlock()
+		if u.cfg.retryAfter != "" {
+			w.Header().Set("Retry-After", u.cfg.retryAfter)
+		}
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return
 	}
