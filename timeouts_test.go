@@ -450,64 +450,81 @@ func TestAttemptOvertakenIsCut(t *testing.T) {
 	assert.Equal(t, 1, timeouts[0].Attempt)
 }
 
-// A refusal sent later (a fast 503 from an upstream shedding new arrivals)
-// shows nothing about an attempt still queued: the upstream answered it
-// without serving it. The queued attempt is held, not cut and sent again
-// to the back of the queue.
+// A refusal sent later shows nothing about an attempt still queued: the
+// upstream answered it without serving it. The queued attempt is held,
+// not cut and sent again to the back of the queue, whether the refusal is
+// retried (a fast 503 from an upstream shedding new arrivals) or not (a
+// server half's pushback).
 func TestAttemptNotOvertakenByRefusal(t *testing.T) {
-	arrived := make(chan struct{}, 1)
-	release := make(chan struct{})
-	var stuck, refused atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/other" {
-			refused.Add(1)
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		if stuck.Add(1) == 1 {
-			arrived <- struct{}{}
-		}
-		select { // queued: served once the test lets it
-		case <-r.Context().Done():
-			return
-		case <-release:
-		}
-		_, _ = io.WriteString(w, "ok")
-	}))
-	defer srv.Close()
-	rec := &evRecorder{}
-	tr, err := NewTransport(&http.Transport{}, Options{
-		AttemptTimeout: 40 * time.Millisecond,
-		TotalTimeout:   5 * time.Second,
-		Retry:          RetryOptions{Delay: time.Millisecond, MaxRetries: 1},
-		OnEvent:        rec.add,
-	})
-	require.NoError(t, err)
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr}
+	for _, tc := range []struct {
+		name     string
+		pushback bool
+		refusals int64 // attempts of /other
+	}{
+		{"a 503 it retries", false, 2},
+		{"a pushback it does not retry", true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			arrived := make(chan struct{}, 1)
+			release := make(chan struct{})
+			var stuck, refused atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/other" {
+					refused.Add(1)
+					if tc.pushback {
+						w.Header().Set("Retry-Pushback-Ms", "-1")
+					}
+					w.WriteHeader(http.StatusServiceUnavailable)
+					return
+				}
+				if stuck.Add(1) == 1 {
+					arrived <- struct{}{}
+				}
+				select { // queued: served once the test lets it
+				case <-r.Context().Done():
+					return
+				case <-release:
+				}
+				_, _ = io.WriteString(w, "ok")
+			}))
+			defer srv.Close()
+			rec := &evRecorder{}
+			tr, err := NewTransport(&http.Transport{}, Options{
+				AttemptTimeout: 40 * time.Millisecond,
+				TotalTimeout:   5 * time.Second,
+				Retry:          RetryOptions{Delay: time.Millisecond, MaxRetries: 1},
+				Propagation:    PropagationOptions{Enabled: tc.pushback},
+				OnEvent:        rec.add,
+			})
+			require.NoError(t, err)
+			defer tr.CloseIdleConnections()
+			client := &http.Client{Transport: tr}
 
-	done := make(chan error, 1)
-	go func() {
-		resp, err := client.Get(srv.URL + "/queued")
-		if err == nil {
+			done := make(chan error, 1)
+			go func() {
+				resp, err := client.Get(srv.URL + "/queued")
+				if err == nil {
+					resp.Body.Close()
+				}
+				done <- err
+			}()
+			<-arrived
+			time.Sleep(20 * time.Millisecond) // more than a quarter of the limit after the queued one was sent
+			resp, err := client.Get(srv.URL + "/other")
+			require.NoError(t, err)
 			resp.Body.Close()
-		}
-		done <- err
-	}()
-	<-arrived
-	time.Sleep(20 * time.Millisecond) // more than a quarter of the limit after the queued one was sent
-	resp, err := client.Get(srv.URL + "/other")
-	require.NoError(t, err)
-	resp.Body.Close()
-	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
-	time.Sleep(100 * time.Millisecond) // past the queued attempt's limit, twice
-	close(release)
+			assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+			time.Sleep(100 * time.Millisecond) // past the queued attempt's limit, twice
+			close(release)
 
-	require.NoError(t, <-done)
-	assert.Equal(t, int64(1), stuck.Load(), "held, not cut and sent again")
-	assert.Equal(t, int64(2), refused.Load())
-	assert.Zero(t, rec.count(EventAttemptTimeout))
-	held := rec.of(EventAttemptHeld)
-	require.Len(t, held, 1)
-	assert.Equal(t, 1, held[0].Attempt)
+			require.NoError(t, <-done)
+			assert.Equal(t, int64(1), stuck.Load(), "held, not cut and sent again")
+			assert.Equal(t, tc.refusals, refused.Load())
+			assert.Equal(t, tc.pushback, rec.count(EventPushback) == 1)
+			assert.Zero(t, rec.count(EventAttemptTimeout))
+			held := rec.of(EventAttemptHeld)
+			require.Len(t, held, 1)
+			assert.Equal(t, 1, held[0].Attempt)
+		})
+	}
 }
