@@ -88,7 +88,7 @@ func (c *call) deliver(resp *http.Response) {
 // body never read nor closed cannot keep it for ever. The body then fails
 // with ErrTotalTimeout; closing it is still the caller's to do.
 func (c *call) expire() {
-	if first := !c.reported.Swap(true) && !c.done.Load(); first {
+	if first := !c.set(deliveryReported) && !c.is(deliveryDone); first {
 		c.emit(Event{Kind: EventTotalTimeout, Err: ErrTotalTimeout})
 	}
 	c.finish()
@@ -137,7 +137,7 @@ func (c deliveredBody) Close() error {
 
 // closeBody closes the returned response's body once.
 func (c deliveredBody) closeBody() error {
-	if c.rcClosed.Swap(true) {
+	if c.set(deliveryClosed) {
 		return nil
 	}
 	return c.rc.Close()
@@ -150,7 +150,7 @@ func (c deliveredBody) bodyError(err error) error {
 	if fired != totalCause {
 		return err
 	}
-	if first := !c.reported.Swap(true); first {
+	if first := !c.set(deliveryReported); first {
 		c.emit(Event{Kind: EventTotalTimeout, Err: ErrTotalTimeout})
 	}
 	if errors.Is(err, ErrTotalTimeout) {
@@ -162,7 +162,7 @@ func (c deliveredBody) bodyError(err error) error {
 // finish ends the call: the timer stops, the attempt's context is released
 // and so is the concurrency permit. It is safe to call more than once.
 func (c *call) finish() {
-	if c.done.Swap(true) {
+	if c.set(deliveryDone) {
 		return
 	}
 	c.mu.Lock()

@@ -33,26 +33,41 @@ type call struct {
 	attemptLimit time.Duration // the attempt timeout; 0 for none
 	totalLimit   time.Duration // the total timeout; 0 for none
 	permit       *policies     // those whose bulkhead the call holds a permit of, if any (admission.go)
-	attempts     int           // attempts sent so far
 
-	repeatable bool // the request may be sent more than once
-	keyed      bool // the request carries an idempotency key its upstream keeps
-	retryable  bool // the last attempt failed in a way the retry layer retries
-	prepared   bool // body.Prepare has run
-	quotaTaken bool // admission took the call's share of the server's quota (serverquota.go)
+	attempts   int32 // attempts sent so far
+	repeatable bool  // the request may be sent more than once
+	keyed      bool  // the request carries an idempotency key its upstream keeps
+	retryable  bool  // the last attempt failed in a way the retry layer retries
+	quotaTaken bool  // admission took the call's share of the server's quota (serverquota.go)
 
 	deadlines // the call's own, its sequential attempts' and its body's (deadline.go)
 	delivery
+
+	// first is the first sequential attempt's request, in the call's
+	// allocation rather than one of its own (attempt.request).
+	first observedRequest
 }
 
 // delivery is the state of the response handed to the caller, whose body is
 // the call itself: the end of the body ends the call.
 type delivery struct {
-	done     atomic.Bool   // the call has ended
-	reported atomic.Bool   // the total timeout while reading the body was emitted
-	rcClosed atomic.Bool   // rc has been closed
-	rc       io.ReadCloser // the returned response's body
+	flags atomic.Uint32 // deliveryDone, deliveryReported and deliveryClosed, each set once
+	rc    io.ReadCloser // the returned response's body
 }
+
+// The delivery's flags, in one word: three atomic.Bools took 8 bytes more,
+// which pushed the call past its size class (callsize_test.go).
+const (
+	deliveryDone     uint32 = 1 << iota // the call has ended
+	deliveryReported                    // the total timeout while reading the body was emitted
+	deliveryClosed                      // rc has been closed
+)
+
+// set sets flag f, and reports whether it was set already.
+func (d *delivery) set(f uint32) (was bool) { return d.flags.Or(f)&f != 0 }
+
+// is reports whether flag f is set.
+func (d *delivery) is(f uint32) bool { return d.flags.Load()&f != 0 }
 
 // errRequestCanceled is why a call ends when the caller closes the
 // request's Cancel channel, as http.Client does for its Timeout with a

@@ -207,7 +207,7 @@ func (c *call) admitRouted(rt *route) (ep *endpoint, s *hostState, probe uint64,
 			rt.last = i
 			return &rt.r.eps[i], s, probe, nil
 		}
-		e := Event{Kind: EventCircuitRejected, Attempt: c.attempts + 1, Err: refused}
+		e := Event{Kind: EventCircuitRejected, Attempt: int(c.attempts) + 1, Err: refused}
 		rt.r.eps[i].label(&e)
 		c.emit(e)
 	}

@@ -229,7 +229,7 @@ func (c *call) ended(start time.Time, resp *http.Response, err error) {
 		// fields that name something name this hop's, the last one.
 		r := c.over.report
 		r.Outcome, r.StatusCode = c.outcome(resp, err)
-		r.Attempts += c.attempts
+		r.Attempts += int(c.attempts)
 		if c.cfg.route == nil || c.attempts == 0 { // else routeEnded named the answering endpoint
 			r.Endpoint = keyOf(c.req.URL).String()
 		}
@@ -238,7 +238,7 @@ func (c *call) ended(start time.Time, resp *http.Response, err error) {
 		}
 	}
 	if c.cfg.observed {
-		e := Event{Kind: EventCall, Attempt: c.attempts, Duration: time.Since(start), Err: err}
+		e := Event{Kind: EventCall, Attempt: int(c.attempts), Duration: time.Since(start), Err: err}
 		if resp != nil {
 			e.StatusCode = resp.StatusCode
 		}
@@ -292,7 +292,7 @@ func (c *call) outcome(resp *http.Response, err error) (Outcome, int) {
 
 // rejected is the error of a call the circuit refused, for reason.
 func (c *call) rejected(reason error) error {
-	c.emit(Event{Kind: EventCircuitRejected, Attempt: c.attempts + 1, Err: reason})
+	c.emit(Event{Kind: EventCircuitRejected, Attempt: int(c.attempts) + 1, Err: reason})
 	detail := ""
 	if !c.h.isolated.Load() {
 		if d := c.s.circuit.RemainingBreak(); d > 0 {
@@ -377,7 +377,7 @@ func (c *call) emit(e Event) {
 	}
 	c.about(&e)
 	if e.Attempt == 0 && e.Kind != EventCall {
-		e.Attempt = c.attempts
+		e.Attempt = int(c.attempts)
 	}
 	c.cfg.emit(e)
 }
@@ -392,12 +392,12 @@ func (c *call) about(e *Event) {
 }
 
 func (c *call) errorf(kind, cause error, format string, args ...any) error {
-	return &callError{handler: c.cfg.Name, kind: kind, attempts: c.attempts, detail: fmt.Sprintf(format, args...), cause: cause}
+	return &callError{handler: c.cfg.Name, kind: kind, attempts: int(c.attempts), detail: fmt.Sprintf(format, args...), cause: cause}
 }
 
 // faulted is the error of a call that the request's own failure ended:
 // its body's reader, a length other than its ContentLength, a request the
 // transport refused as malformed (requestFault).
 func (c *call) faulted(cause error) error {
-	return &callError{handler: c.cfg.Name, attempts: c.attempts, cause: cause, fault: true}
+	return &callError{handler: c.cfg.Name, attempts: int(c.attempts), cause: cause, fault: true}
 }

@@ -93,7 +93,6 @@ func (c *call) hedge(now time.Time) (*http.Response, error) {
 	c.mu.Unlock()
 
 	c.repeatable = (c.keyed && cfg.Idempotency.Hedge) || cfg.methods.repeatable(c.req, c.over)
-	c.prepared = true
 	if err := c.body.Prepare(c.req, c.repeatable, cfg.MaxBufferedBody); err != nil {
 		return nil, c.faulted(err)
 	}

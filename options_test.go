@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -272,6 +273,22 @@ func TestOptionsExcludeMethodsNarrowsMethods(t *testing.T) {
 	assert.True(t, cfg.methods.allows(http.MethodGet))
 	assert.True(t, cfg.methods.allows(http.MethodOptions))
 	assert.False(t, cfg.methods.allows(http.MethodHead))
+}
+
+// Every standard method has a bit of its own, in standardMethods' order,
+// and a set holds exactly what was put in it, standard or not.
+func TestMethodSetHoldsWhatWasPut(t *testing.T) {
+	for i, m := range standardMethods {
+		assert.Equal(t, uint16(1)<<i, methodBit(m), m)
+	}
+	assert.Zero(t, methodBit("get"), "methods are case-sensitive")
+	for _, in := range [][]string{{}, {"GET"}, {"PURGE"}, {"POST", "PURGE", "LOCK"}, standardMethods} {
+		s, err := newMethodSet(nil, in, []string{"LOCK"})
+		require.Nil(t, err)
+		for _, m := range append(slices.Clone(standardMethods), "PURGE", "LOCK", "COPY") {
+			assert.Equal(t, slices.Contains(in, m) && m != "LOCK", s.allows(m), "%v: %s", in, m)
+		}
+	}
 }
 
 func TestOptionsHandlerName(t *testing.T) {

@@ -17,17 +17,22 @@ import (
 // A Replay hands each attempt of a call a fresh copy of the request
 // body. Its zero value holds no body; Hold or Prepare gives it one.
 type Replay struct {
-	orig    io.ReadCloser                 // the caller's body; nil or http.NoBody when none
-	getBody func() (io.ReadCloser, error) // the caller's GetBody, or one over buf
-	chunks  [][]byte                      // the buffered body, when buffered
-	once    io.ReadCloser                 // a body that can be sent only once
-	sent    bool                          // orig or once has been handed to an attempt
+	orig     io.ReadCloser                 // the caller's body; nil or http.NoBody when none
+	getBody  func() (io.ReadCloser, error) // the caller's GetBody, or one over buf
+	chunks   [][]byte                      // the buffered body, when buffered
+	once     io.ReadCloser                 // a body that can be sent only once
+	sent     bool                          // orig or once has been handed to an attempt
+	prepared bool                          // Prepare has run
 }
+
+// Prepared reports whether Prepare has run.
+func (b *Replay) Prepared() bool { return b.prepared }
 
 // Prepare decides how req's body will be sent. It reads the body only when
 // the request may be repeated and the body has no GetBody, and then holds
 // at most limit bytes of it; a longer body is sent once, streamed.
 func (b *Replay) Prepare(req *http.Request, repeatable bool, limit int64) error {
+	b.prepared = true
 	b.orig = req.Body
 	if req.Body == nil || req.Body == http.NoBody {
 		return nil
