@@ -461,3 +461,43 @@ func TestLimiterShedsRetriesWhileTheUpstreamIsSluggish(t *testing.T) {
 	require.NoError(t, err, "ten times slower, by under sluggishMargin: not sluggish")
 	s.Release(Dropped)
 }
+
+// Issue 31: an attempt that timed out while the client's own goroutines
+// waited to run is not the upstream's loss. In the no-harm probe with the
+// client's CPU starved, such timeouts read as congestion had retries shed
+// as if the upstream were full, calls that a client with the limiter off
+// served.
+func TestTimeoutsOfTheClientsOwnStallAreNotLosses(t *testing.T) {
+	l := New(testOptions(1, 10), time.Now)
+	stalled := true
+	looked := 0
+	l.ownStall = func(time.Time, time.Duration) bool { looked++; return stalled }
+	timeout := func() {
+		s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+		require.NoError(t, err)
+		s.End(Timeout, 200*time.Millisecond)
+	}
+	for range 20 {
+		timeout()
+	}
+	l.mu.Lock()
+	assert.Zero(t, l.lossRate, "timeouts of the client's own stall: no loss")
+	assert.Zero(t, l.high.n+l.low.n, "nor a sample of loss against concurrency")
+	assert.Zero(t, l.latency.n, "nor a latency sample")
+	l.mu.Unlock()
+	assert.Equal(t, 20, looked, "the meter is read once a timeout")
+
+	stalled = false
+	for range 20 {
+		timeout()
+	}
+	l.mu.Lock()
+	assert.Greater(t, l.lossRate, 0.2, "the upstream's timeouts are losses")
+	assert.Equal(t, 20, l.latency.n, "and latency samples")
+	l.mu.Unlock()
+
+	s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	require.NoError(t, err)
+	s.End(Answered, time.Millisecond)
+	assert.Equal(t, 40, looked, "an answer does not read the meter")
+}
