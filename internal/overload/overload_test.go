@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -500,4 +501,44 @@ func TestTimeoutsOfTheClientsOwnStallAreNotLosses(t *testing.T) {
 	require.NoError(t, err)
 	s.End(Answered, time.Millisecond)
 	assert.Equal(t, 40, looked, "an answer does not read the meter")
+}
+
+// Issue 31: while the process itself stalls, an attempt that would wait
+// for a slot, or be refused when its wait ends, is sent over the limit:
+// the slots are held by attempts whose answers wait for the client's own
+// goroutines. A hedge, which only tries, is not.
+func TestLimiterSendsOverTheLimitWhileTheClientStalls(t *testing.T) {
+	l := New(testOptions(1, 1), time.Now)
+	var stalled atomic.Bool
+	l.ownStall = func(time.Time, time.Duration) bool { return stalled.Load() }
+	held, err := l.Acquire(context.Background(), time.Hour, time.Time{}, 1, time.Now())
+	require.NoError(t, err)
+	defer held.End(Dropped, 0)
+
+	_, err = l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	require.ErrorAs(t, err, new(*Refusal), "full, no stall: a hedge is refused")
+	stalled.Store(true)
+	_, err = l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	require.ErrorAs(t, err, new(*Refusal), "a hedge only tries, stall or not")
+	s, err := l.Acquire(context.Background(), time.Hour, time.Time{}, 2, time.Now())
+	require.NoError(t, err, "a retry that would wait is sent while the client stalls")
+	assert.Equal(t, 2, l.Stats().InFlight)
+	s.End(Dropped, 0)
+
+	stalled.Store(false)
+	got := make(chan error, 1)
+	go func() {
+		s, err := l.Acquire(context.Background(), 30*time.Millisecond, time.Time{}, 1, time.Now())
+		if err == nil {
+			s.End(Dropped, 0)
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool { return l.Stats().Queued == 1 }, 5*time.Second, time.Millisecond, "no stall: it waits")
+	stalled.Store(true) // the client stalls while it waits
+	require.NoError(t, <-got, "sent when its wait ends, not refused")
+
+	stalled.Store(false)
+	_, err = l.Acquire(context.Background(), 10*time.Millisecond, time.Time{}, 1, time.Now())
+	require.ErrorAs(t, err, new(*Refusal), "no stall: refused when its wait ends, as before")
 }

@@ -12,9 +12,9 @@ import (
 // every answer looks late, and the upstream is not to blame. The Go
 // runtime knows how long runnable goroutines waited to run
 // (runtime/metrics, /sched/latencies:seconds); the meter reads it only
-// when the limiter is about to shed a retry or an attempt timed out, one
-// read costing about 200 ns. A timeout during the client's own stall is
-// neither a loss nor a latency sample (Slot.End).
+// when the limiter is about to shed a retry, an attempt would wait for a
+// slot or one timed out, one read costing about 200 ns. What the limiter
+// does with it: Limiter.stalledLocked.
 //
 // Measured in BenchmarkFleetNoHarm's starved probe (the client at
 // GOMAXPROCS 1 with busy goroutines for 4 s, a healthy upstream): without
