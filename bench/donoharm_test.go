@@ -29,8 +29,8 @@ import (
 // seconds in its own goroutine (open loop: a service receiving independent
 // requests; a closed loop would let a client that fails fast race ahead),
 // except in the sequential scenario. The upstream (donoharm_upstream_test.go)
-// decides each attempt's fate by its arrival order from a PCG generator
-// seeded with the run's seed, the same sequence for every client. Every run
+// decides each attempt's fate from the run's seed, the call (X-Call) and the
+// attempt's place in its call, the same fate for every client (dnhUpstream.draw). Every run
 // has a fresh upstream and a fresh client over a fresh loopback transport;
 // runs are interleaved (scenario, then seed, then client) so that a drift in
 // machine load hits every client alike. Each (scenario, client) runs once
@@ -515,6 +515,47 @@ func TestDoNoHarmSameFates(t *testing.T) {
 	assert.NotEqual(t, a, c, "another seed, other fates")
 	assert.Contains(t, a, http.StatusOK)
 	assert.Contains(t, a, http.StatusServiceUnavailable)
+}
+
+// TestDoNoHarmFatesFollowTheCall checks that an attempt of a call (by
+// X-Call) meets the same fate whatever order the calls' attempts arrive
+// in, and that the fates of a call's attempts are not all alike.
+func TestDoNoHarmFatesFollowTheCall(t *testing.T) {
+	const calls, attempts = 40, 3
+	fates := func(seed uint64, reverse bool) [calls][attempts]int {
+		up := newDNHUpstream(dnhScenario{failShare: 0.5}, seed)
+		defer up.Close()
+		c := &http.Client{Transport: loopbackTransport()}
+		defer c.CloseIdleConnections()
+		var out [calls][attempts]int
+		for a := range attempts {
+			for i := range calls {
+				k := i
+				if reverse {
+					k = calls - 1 - i
+				}
+				req, err := http.NewRequest(http.MethodGet, up.URL(), nil)
+				require.NoError(t, err)
+				req.Header.Set("X-Call", strconv.Itoa(k))
+				resp, err := c.Do(req)
+				require.NoError(t, err)
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				out[k][a] = resp.StatusCode
+			}
+		}
+		return out
+	}
+	a, b, other := fates(7, false), fates(7, true), fates(8, false)
+	assert.Equal(t, a, b, "same seed: the same fate per call and attempt, in any order")
+	assert.NotEqual(t, a, other, "another seed, other fates")
+	differ := 0
+	for k := range calls {
+		if a[k][0] != a[k][1] || a[k][1] != a[k][2] {
+			differ++
+		}
+	}
+	assert.Greater(t, differ, calls/2, "a call's attempts draw their fates apart")
 }
 
 // TestPeakInWindow checks the sliding window of the peak upstream load.
