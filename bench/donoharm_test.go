@@ -29,12 +29,13 @@ import (
 // seconds in its own goroutine (open loop: a service receiving independent
 // requests; a closed loop would let a client that fails fast race ahead),
 // except in the sequential scenario. The upstream (donoharm_upstream_test.go)
-// decides each attempt's fate from the run's seed, the call (X-Call) and the
-// attempt's place in its call, the same fate for every client (dnhUpstream.draw). Every run
-// has a fresh upstream and a fresh client over a fresh loopback transport;
-// runs are interleaved (scenario, then seed, then client) so that a drift in
-// machine load hits every client alike. Each (scenario, client) runs once
-// per seed and the tables show medians. Keep README.md in step.
+// decides each attempt's fate from the run's seed, the call (X-Call) and
+// the attempt's place in its call, the same fate for every client
+// (dnhUpstream.draw). Every run has a fresh upstream and a fresh client over
+// a fresh loopback transport; runs are interleaved (scenario, then seed,
+// then client) so that a drift in machine load hits every client alike.
+// Each (scenario, client) runs once per seed and the tables show medians.
+// Keep README.md in step.
 const (
 	dnhRate     = 400 // calls started per second (open loop)
 	dnhInterval = time.Second / dnhRate

@@ -88,27 +88,23 @@ func (u *dnhUpstream) Close() {
 	u.srv.Close()
 }
 
-// draw returns the number of request r, the attempt-th of its call, in
-// [0, 1). With X-Call, it is a function of the run's seed, the call and the
-// attempt: an attempt's fate does not depend on how the client's other
-// calls interleave with it. Drawn by arrival order instead, as this
-// experiment did until stop 40, one client's retry arriving earlier than
-// another's shifted every fate after it: two clients met independent fates,
-// and in mix70 the library's success against go-retryablehttp's moved by
-// about 1.5 points either way from one run to the next, more than the
-// 1-point margin its target leaves. Without X-Call (no call of this
-// experiment), the next number of the run's sequence.
+// draw returns the number of the attempt-th attempt of call (X-Call), in
+// [0, 1): a function of the run's seed, the call and the attempt, so that an
+// attempt's fate does not depend on how the client's other calls interleave
+// with it (bench/README.md, do no harm, says what arrival order did).
+// Without a call number (no call of this experiment), the next number of
+// the run's sequence.
 func (u *dnhUpstream) draw(call string, attempt int) float64 {
 	k, err := strconv.ParseUint(call, 10, 32)
-	if call == "" || err != nil {
+	if err != nil {
 		return u.rng.Float64()
 	}
 	return rand.New(rand.NewPCG(u.seed, k<<20|uint64(attempt))).Float64()
 }
 
-// decide picks the answer to request r, the attempt-th of its call, which
+// decide picks the answer to the attempt-th attempt of a call, which
 // arrived at at, given its draw x in [0, 1). Called with u.mu held.
-func (u *dnhUpstream) decide(x float64, attempt int, at time.Duration, r *http.Request) dnhAction {
+func (u *dnhUpstream) decide(x float64, attempt int, at time.Duration) dnhAction {
 	sc := u.sc
 	switch {
 	case sc.blackhole:
@@ -142,7 +138,7 @@ func (u *dnhUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	call := r.Header.Get("X-Call")
 	u.perCall[call]++
 	attempt := u.perCall[call]
-	act := u.decide(u.draw(call, attempt), attempt, at, r)
+	act := u.decide(u.draw(call, attempt), attempt, at)
 	u.mu.Unlock()
 
 	_, _ = io.Copy(io.Discard, r.Body)
