@@ -23,12 +23,23 @@ type testClock struct{ t time.Time }
 func (c *testClock) now() time.Time          { return c.t }
 func (c *testClock) advance(d time.Duration) { c.t = c.t.Add(d) }
 func newTestClock() *testClock               { return &testClock{t: time.Unix(1_000_000, 0)} }
+
+// newLimiter is New with a process that never stalls: the stall meter
+// reads the test machine's own scheduling latency, and a loaded machine
+// (go test -count=3, or beside a benchmark) had a waiter sent over the
+// limit as if the client had stalled. Tests of the stall stub it again.
+func newLimiter(o Options, now func() time.Time) *Limiter {
+	l := New(o, now)
+	l.ownStall = func(time.Time, time.Duration) bool { return false }
+	return l
+}
+
 func testOptions(min, initial int) Options {
 	return Options{MinLimit: min, MaxLimit: 100, InitialLimit: initial, MaxQueue: 2}
 }
 
 func TestLimiterTriesUpToTheLimit(t *testing.T) {
-	l := New(testOptions(1, 3), time.Now)
+	l := newLimiter(testOptions(1, 3), time.Now)
 	var slots []Slot
 	for range 3 {
 		s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
@@ -58,7 +69,7 @@ func TestLimiterTriesUpToTheLimit(t *testing.T) {
 }
 
 func TestLimiterQueuesFirstAttemptsInOrder(t *testing.T) {
-	l := New(testOptions(1, 1), time.Now)
+	l := newLimiter(testOptions(1, 1), time.Now)
 	held, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err)
 
@@ -88,7 +99,7 @@ func TestLimiterQueuesFirstAttemptsInOrder(t *testing.T) {
 }
 
 func TestLimiterWaitEnds(t *testing.T) {
-	l := New(testOptions(1, 1), time.Now)
+	l := newLimiter(testOptions(1, 1), time.Now)
 	held, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err)
 	defer held.End(Dropped, 0)
@@ -111,7 +122,7 @@ func TestLimiterWaitEnds(t *testing.T) {
 // while losses are congestion), lifted over MaxLimit.
 func TestLossCapArithmetic(t *testing.T) {
 	clock := newTestClock()
-	l := New(testOptions(2, 20), clock.now)
+	l := newLimiter(testOptions(2, 20), clock.now)
 	var slots []Slot
 	for range 10 {
 		s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
@@ -166,7 +177,7 @@ func TestLossCapArithmetic(t *testing.T) {
 
 func TestStateChangesOnce(t *testing.T) {
 	clock := newTestClock()
-	l := New(testOptions(1, 1), clock.now)
+	l := newLimiter(testOptions(1, 1), clock.now)
 	now, changed := l.Overloaded()
 	assert.False(t, now)
 	assert.False(t, changed)
@@ -196,12 +207,12 @@ func TestStateChangesOnce(t *testing.T) {
 // rise from a low base are congestion, and cut.
 func TestLossCapToleratesRandomLoss(t *testing.T) {
 	clock := newTestClock()
-	l := New(testOptions(2, 20), clock.now)
+	l := newLimiter(testOptions(2, 20), clock.now)
 	feedAt(t, l, clock, 5000, 1, 5)
 	assert.True(t, math.IsInf(l.lossCap, 1), "a fifth of attempts lost: no cut")
 	assert.InDelta(t, 0.2, l.lossBase, 0.05)
 
-	l = New(testOptions(2, 20), clock.now)
+	l = newLimiter(testOptions(2, 20), clock.now)
 	feedAt(t, l, clock, 200, 1, 2)
 	assert.False(t, math.IsInf(l.lossCap, 1), "half of attempts lost, from nothing: congestion")
 	l.mu.Lock()
@@ -214,7 +225,7 @@ func TestLossCapToleratesRandomLoss(t *testing.T) {
 	assert.False(t, l.sheddingLocked(), "retries wait for a slot again")
 	l.mu.Unlock()
 
-	l = New(testOptions(2, 20), clock.now)
+	l = newLimiter(testOptions(2, 20), clock.now)
 	feedAt(t, l, clock, 5000, 1, 20)
 	feedAt(t, l, clock, 100, 1, 1)
 	assert.False(t, math.IsInf(l.lossCap, 1), "from 5% to every attempt lost: congestion")
@@ -248,7 +259,7 @@ func feedAt(t *testing.T, l *Limiter, clock *testClock, n, k, every int) {
 // are not, however high.
 func TestLossCapReadsLossAgainstConcurrency(t *testing.T) {
 	clock := newTestClock()
-	l := New(testOptions(4, 20), clock.now)
+	l := newLimiter(testOptions(4, 20), clock.now)
 	for range 10 {
 		feedAt(t, l, clock, 20, 2, 1<<30) // at 2 in flight: none lost
 		feedAt(t, l, clock, 20, 10, 3)    // at 10: a third lost
@@ -258,7 +269,7 @@ func TestLossCapReadsLossAgainstConcurrency(t *testing.T) {
 	assert.True(t, l.congestedLocked(), "lost at 10 in flight, never at 2")
 	l.mu.Unlock()
 
-	l = New(testOptions(4, 20), clock.now)
+	l = newLimiter(testOptions(4, 20), clock.now)
 	for range 10 {
 		feedAt(t, l, clock, 20, 2, 3)
 		feedAt(t, l, clock, 20, 10, 3)
@@ -273,7 +284,7 @@ func TestLossCapReadsLossAgainstConcurrency(t *testing.T) {
 // fewer than latencySamples a second; above that rate one in so many is,
 // about latencySamples a second, and the others still count in flight.
 func TestLimiterSamplesLatencyAtHighRates(t *testing.T) {
-	l := New(testOptions(1, 3), time.Now)
+	l := newLimiter(testOptions(1, 3), time.Now)
 	at := time.Unix(1_000_000, 0)
 	sampled := func(n int, over time.Duration) (k int) {
 		for i := range n {
@@ -313,7 +324,7 @@ func TestLimiterSamplesLatencyAtHighRates(t *testing.T) {
 // (here down towards 5 times the one attempt ever in flight), attempts
 // are admitted under the new one.
 func TestLimiterFollowsTheLatencyLimit(t *testing.T) {
-	l := New(Options{MinLimit: 1, MaxLimit: 100, InitialLimit: 40, MaxQueue: 2}, time.Now)
+	l := newLimiter(Options{MinLimit: 1, MaxLimit: 100, InitialLimit: 40, MaxQueue: 2}, time.Now)
 	assert.Equal(t, 40, l.Stats().Limit)
 	for range 60 {
 		s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
@@ -329,7 +340,7 @@ func TestLimiterFollowsTheLatencyLimit(t *testing.T) {
 // with less time left than that is refused at once: sent, it would be
 // served to nobody.
 func TestLimiterWaitsWhileTheCallCanStillBeAnswered(t *testing.T) {
-	l := New(testOptions(1, 1), time.Now)
+	l := newLimiter(testOptions(1, 1), time.Now)
 	held, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err)
 	l.mu.Lock()
@@ -362,7 +373,7 @@ func TestLimiterWaitsWhileTheCallCanStillBeAnswered(t *testing.T) {
 // whose time to headers fell while it waited waits on; one whose did not
 // is refused when its wait ends, and one never waits past MaxQueueWait.
 func TestLimiterWaitFollowsTheTimeToHeaders(t *testing.T) {
-	l := New(testOptions(1, 1), time.Now)
+	l := newLimiter(testOptions(1, 1), time.Now)
 	held, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 	require.NoError(t, err)
 	setRTT := func(d time.Duration) {
@@ -408,7 +419,7 @@ func TestLimiterWaitFollowsTheTimeToHeaders(t *testing.T) {
 // not. An upstream that answers in a fraction of a millisecond is not
 // sluggish for a millisecond's pause.
 func TestLimiterShedsRetriesWhileTheUpstreamIsSluggish(t *testing.T) {
-	l := New(testOptions(1, 10), time.Now)
+	l := newLimiter(testOptions(1, 10), time.Now)
 	stalled := false
 	l.ownStall = func(time.Time, time.Duration) bool { return stalled }
 	answer := func(rtt time.Duration) {
@@ -448,7 +459,7 @@ func TestLimiterShedsRetriesWhileTheUpstreamIsSluggish(t *testing.T) {
 	}
 	require.NoError(t, retry(), "back to usual: retries go again")
 
-	fast := New(testOptions(1, 10), time.Now)
+	fast := newLimiter(testOptions(1, 10), time.Now)
 	fast.ownStall = func(time.Time, time.Duration) bool { return false }
 	for range 20 {
 		s, _ := fast.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
@@ -469,7 +480,7 @@ func TestLimiterShedsRetriesWhileTheUpstreamIsSluggish(t *testing.T) {
 // as if the upstream were full, calls that a client with the limiter off
 // served.
 func TestTimeoutsOfTheClientsOwnStallAreNotLosses(t *testing.T) {
-	l := New(testOptions(1, 10), time.Now)
+	l := newLimiter(testOptions(1, 10), time.Now)
 	stalled := true
 	looked := 0
 	l.ownStall = func(time.Time, time.Duration) bool { looked++; return stalled }
@@ -508,7 +519,7 @@ func TestTimeoutsOfTheClientsOwnStallAreNotLosses(t *testing.T) {
 // the slots are held by attempts whose answers wait for the client's own
 // goroutines. A hedge, which only tries, is not.
 func TestLimiterSendsOverTheLimitWhileTheClientStalls(t *testing.T) {
-	l := New(testOptions(1, 1), time.Now)
+	l := newLimiter(testOptions(1, 1), time.Now)
 	var stalled atomic.Bool
 	l.ownStall = func(time.Time, time.Duration) bool { return stalled.Load() }
 	held, err := l.Acquire(context.Background(), time.Hour, time.Time{}, 1, time.Now())
