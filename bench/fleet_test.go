@@ -71,6 +71,10 @@ func fleetTriggers(tl fleetTimeline) []ovlTrigger {
 		{name: "slow2.5x", at: tl.before, dur: tl.trigger, slow: 2.5},
 		{name: "capacity/2", at: tl.before, dur: tl.trigger, capacity: 0.5},
 		{name: "stall2s", at: tl.before, dur: fleetStall, stall: true},
+		// not in the default set: an overload that outlasts the callers'
+		// deadlines three times over, where a queue at the upstream serves
+		// only callers already gone (FLEET_TRIGGERS=slow2.5x-12s)
+		{name: "slow2.5x-12s", at: tl.before, dur: 3 * tl.trigger, slow: 2.5},
 	}
 }
 
@@ -261,6 +265,9 @@ var fleetKinds = []fleetKind{
 	}},
 	{name: "resilience (no retries)", doc: "the handler's defaults, scaled, with Retry.Disabled: what the rest of the handler does, without what its retries do", handler: true, new: func(base http.RoundTripper, counters *fleetCounters) (*http.Client, error) {
 		return fleetHandler(base, counters, func(o *resilience.Options) { o.Retry.Disabled = true })
+	}},
+	{name: "resilience (no cap)", doc: "the handler's defaults, scaled, with the limiter's bounds out of reach (Overload.MinLimit and InitialLimit 1000, the floor of both the latency limit and the loss cap): what the rest of the limiter (retries shed while the upstream is sluggish) and the handler do with no bound on attempts in flight", handler: true, new: func(base http.RoundTripper, counters *fleetCounters) (*http.Client, error) {
+		return fleetHandler(base, counters, func(o *resilience.Options) { o.Overload.MinLimit, o.Overload.InitialLimit = 1000, 1000 })
 	}},
 	{name: "resilience (limiter off)", doc: "the handler's defaults, scaled, with Overload.Disabled (issue 19's limiter off), one Handler per replica", handler: true, new: func(base http.RoundTripper, counters *fleetCounters) (*http.Client, error) {
 		return fleetHandler(base, counters, func(o *resilience.Options) { o.Overload.Disabled = true })
