@@ -98,6 +98,65 @@ func TestLimiterQueuesFirstAttemptsInOrder(t *testing.T) {
 	assert.Equal(t, 0, l.Stats().InFlight)
 }
 
+// Issue 31: a free slot goes to the newest waiter while the queue grows
+// and its oldest waiter's call has less than lateFactor times the recent
+// time to headers of attempts sent from the queue left; to the oldest
+// otherwise.
+func TestLimiterServesTheNewestWhileTheQueueGrowsPastItsOldest(t *testing.T) {
+	o := testOptions(1, 1)
+	o.MaxQueue = 6
+	l := newLimiter(o, time.Now)
+	held, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
+	require.NoError(t, err)
+	got := make(chan int, 6)
+	slots := make(chan Slot, 6)
+	until := time.Now().Add(time.Minute)
+	for i := range 6 {
+		go func() {
+			s, err := l.Acquire(context.Background(), time.Minute, until, 1, time.Now())
+			if err == nil {
+				got <- i
+				slots <- s
+			}
+		}()
+		require.Eventually(t, func() bool { return l.Stats().Queued == i+1 }, time.Second, time.Millisecond)
+	}
+	locked := func(f func()) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		f()
+	}
+	set := func(queueRTT time.Duration, queueing uint32) {
+		locked(func() { l.queueRTT, l.queueing = queueRTT, queueing })
+	}
+	next := func(s Slot) int {
+		s.End(Dropped, 0)
+		return <-got
+	}
+	held.End(Answered, time.Millisecond)
+	assert.Equal(t, 0, <-got, "six arrivals, no service yet: first come, first served")
+	first := <-slots
+	first.End(Answered, 3*time.Millisecond)
+	assert.Equal(t, 1, <-got)
+	locked(func() {
+		assert.Equal(t, 3*time.Millisecond, l.queueRTT, "an attempt sent from the queue: its time to headers")
+	})
+
+	set(time.Millisecond, ^uint32(0))
+	assert.Equal(t, 2, next(<-slots), "the queue grows, but a minute is plenty for answers in a millisecond")
+
+	set(10*time.Minute, 0)
+	assert.Equal(t, 3, next(<-slots), "answers take longer than the oldest has, but the queue drains")
+
+	set(10*time.Minute, ^uint32(0))
+	assert.Equal(t, 5, next(<-slots), "the queue grows and the oldest would be answered too late: the newest first")
+	assert.Equal(t, 4, next(<-slots), "the last waiter")
+	locked(func() { assert.Zero(t, l.queueRTT, "the queue is empty: what its attempts took is forgotten") })
+	last := <-slots
+	last.End(Dropped, 0)
+	assert.Equal(t, 0, l.Stats().InFlight)
+}
+
 func TestLimiterWaitEnds(t *testing.T) {
 	l := newLimiter(testOptions(1, 1), time.Now)
 	held, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
