@@ -54,6 +54,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -162,6 +163,7 @@ type waiter struct {
 	ready   chan struct{}
 	until   time.Time // its call's deadline; zero: none
 	granted bool      // under mu
+	doomed  bool      // refused by grantLocked: too little time left to be answered
 	k       int       // attempts in flight once granted, its own included
 }
 
@@ -256,6 +258,12 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 	for waiting := true; waiting; {
 		select {
 		case <-w.ready:
+			if w.doomed { // written before ready was closed
+				l.mu.Lock()
+				err := l.refuseLocked(time.Since(start), n)
+				l.mu.Unlock()
+				return Slot{}, err
+			}
 			s := l.slot(w.k, time.Now()) // k was written before ready was closed
 			s.queued = true
 			return s, nil
@@ -292,14 +300,8 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 		s.Release(Dropped)
 		return Slot{}, cause
 	}
-	for i, x := range l.waiters {
-		if x == w {
-			l.waiters = append(l.waiters[:i], l.waiters[i+1:]...)
-			break
-		}
-	}
-	if len(l.waiters) == 0 {
-		l.queueRTT = 0
+	if i := slices.Index(l.waiters, w); i >= 0 {
+		l.dequeueLocked(i)
 	}
 	if cause != nil {
 		l.mu.Unlock()
@@ -384,7 +386,7 @@ type Outcome int
 const (
 	Answered Outcome = iota // response headers: a latency sample
 	Loss                    // 503, 429, refused connection: the cap shrinks; no latency sample
-	Timeout                 // the attempt timed out: the cap shrinks, and its duration is the sample (unless the client itself stalled: Dropped)
+	Timeout                 // the attempt timed out: the cap shrinks, and its duration is the sample (unless the client itself stalled, or it was sent from the queue: Dropped)
 	Dropped                 // the caller or the call gave up, or the request failed: says nothing
 )
 
@@ -414,6 +416,18 @@ func (s *Slot) End(o Outcome, rtt time.Duration) {
 		// probe with the client's CPU starved had retries shed as if the
 		// upstream were full (10 in 1 run of 4, 2 in 1 of 2: calls a client
 		// with the limiter off served).
+		o = Dropped
+	}
+	if o == Timeout && s.queued {
+		// Sent from the queue, with part of its deadline spent there: its
+		// timeout is the client's wait as much as the upstream's. Counted
+		// as a loss, it cut the cap of the replica whose queue was the
+		// longest, whose next calls then waited longer and timed out in
+		// turn: after a 2 s stall, one of ten replicas fell to a limit of
+		// 8 while the others kept 20, and refused calls for 3 s after the
+		// others had recovered. Attempts sent from the queue too late to be
+		// answered are refused instead (grantLocked); the latency limit
+		// reads the queue's slowness from the answers.
 		o = Dropped
 	}
 	sample, smoothed := o == Timeout, rtt >= 0
@@ -603,10 +617,14 @@ func (l *Limiter) sheddingLocked() bool {
 }
 
 // grantLocked hands free slots to the waiters, first come first served,
-// but for one case: while the queue grows (growing of its last 32 events
-// were arrivals, not services) and its oldest waiter's call has less than
-// lateFactor times the recent time to headers of attempts sent from the
-// queue left, the newest waiter is served first.
+// but for two cases:
+//
+//   - a waiter whose call has less time left than the recent time to
+//     headers of attempts sent from the queue is refused, not sent: the
+//     slot goes to the next;
+//   - while the queue grows (growing of its last 32 events were arrivals,
+//     not services) and its oldest waiter's call has less than lateFactor
+//     times that time left, the newest waiter is served first.
 //
 // A queue that grows past its oldest waiters sends, first come first
 // served, every call at the end of its wait, with about one time to
@@ -630,9 +648,29 @@ func (l *Limiter) sheddingLocked() bool {
 // calls that kept arriving); doing so only while the queue grew, but still
 // by every answer's time, ten replicas served 97 % where bare clients
 // served 116 %.
+//
+// But a waiter with less time left than attempts from the queue now take
+// would be answered too late however the queue is served. Its own wait
+// ends at its deadline less the smoothed time to headers, which after a
+// stall trails the queue's by hundreds of milliseconds: ten replicas sent
+// such calls with 150-500 ms left into an upstream that answered in 500,
+// and the replica that sent most lost 47 of the 97 calls started in the
+// stall where a bare client lost 6 (bench/README.md, "The stall at
+// N = 10").
 func (l *Limiter) grantLocked() {
 	var now time.Time
 	for len(l.waiters) > 0 && l.inflight < l.limitLocked() {
+		if w := l.waiters[0]; l.queueRTT > 0 && !w.until.IsZero() {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			if w.until.Sub(now) < l.queueRTT {
+				l.dequeueLocked(0)
+				w.doomed = true
+				close(w.ready)
+				continue
+			}
+		}
 		i := 0
 		if len(l.waiters) > 1 && !l.waiters[0].until.IsZero() && bits.OnesCount32(l.queueing) >= growing {
 			if now.IsZero() {
@@ -643,19 +681,28 @@ func (l *Limiter) grantLocked() {
 			}
 		}
 		w := l.waiters[i]
-		l.waiters[i] = nil
-		if i == 0 {
-			l.waiters = l.waiters[1:]
-		} else {
-			l.waiters = l.waiters[:i]
-		}
+		l.dequeueLocked(i)
 		w.granted = true
 		w.k = l.takeLocked()
 		l.queueing <<= 1
 		close(w.ready)
-		if len(l.waiters) == 0 {
-			l.queueRTT = 0 // the queue emptied: what its attempts took is forgotten
-		}
+	}
+}
+
+// dequeueLocked takes waiter i out of the queue. Once the queue is empty,
+// what its attempts took is forgotten.
+func (l *Limiter) dequeueLocked(i int) {
+	if i == 0 {
+		l.waiters[0] = nil
+		l.waiters = l.waiters[1:]
+	} else {
+		last := len(l.waiters) - 1
+		copy(l.waiters[i:], l.waiters[i+1:])
+		l.waiters[last] = nil
+		l.waiters = l.waiters[:last]
+	}
+	if len(l.waiters) == 0 {
+		l.queueRTT = 0
 	}
 }
 
