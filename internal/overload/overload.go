@@ -234,9 +234,23 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 	}
 	start := time.Now()
 	if wait > 0 && l.stalledLocked(start) {
-		k := l.takeLocked() // over the limit: the client stalls (stalledLocked)
-		l.mu.Unlock()
-		return l.slot(k, now), nil
+		// Over the limit: the client stalls (stalledLocked). But not ahead
+		// of the calls already waiting: the next of them goes in its place,
+		// and it waits its turn. Sent ahead of them, new calls took the
+		// slots the oldest waited for (a 2 s stall over HTTP/1.1 with room
+		// to spare, whose end woke enough goroutines to read as the
+		// client's stall: 37 calls lost where bare lost 7, every one
+		// waiting since the stall's first 300 ms).
+		var t time.Time
+		sent := false
+		for len(l.waiters) > 0 && !sent {
+			sent = l.grantNextLocked(&t)
+		}
+		if !sent { // nobody waiting, or nobody who could still be answered
+			k := l.takeLocked()
+			l.mu.Unlock()
+			return l.slot(k, now), nil
+		}
 	}
 	most := start.Add(wait) // MaxQueueWait's bound
 	if wait > 0 && !until.IsZero() {
@@ -660,33 +674,41 @@ func (l *Limiter) sheddingLocked() bool {
 func (l *Limiter) grantLocked() {
 	var now time.Time
 	for len(l.waiters) > 0 && l.inflight < l.limitLocked() {
-		if w := l.waiters[0]; l.queueRTT > 0 && !w.until.IsZero() {
-			if now.IsZero() {
-				now = time.Now()
-			}
-			if w.until.Sub(now) < l.queueRTT {
-				l.dequeueLocked(0)
-				w.doomed = true
-				close(w.ready)
-				continue
-			}
-		}
-		i := 0
-		if len(l.waiters) > 1 && !l.waiters[0].until.IsZero() && bits.OnesCount32(l.queueing) >= growing {
-			if now.IsZero() {
-				now = time.Now()
-			}
-			if l.waiters[0].until.Sub(now) < lateFactor*l.queueRTT {
-				i = len(l.waiters) - 1
-			}
-		}
-		w := l.waiters[i]
-		l.dequeueLocked(i)
-		w.granted = true
-		w.k = l.takeLocked()
-		l.queueing <<= 1
-		close(w.ready)
+		l.grantNextLocked(&now)
 	}
+}
+
+// grantNextLocked grants a slot to the waiter grantLocked's rules choose,
+// whatever the limit, and reports true; or it refuses the head waiter,
+// too late to be answered, and reports false. now is read once, if needed.
+func (l *Limiter) grantNextLocked(now *time.Time) bool {
+	if w := l.waiters[0]; l.queueRTT > 0 && !w.until.IsZero() {
+		if now.IsZero() {
+			*now = time.Now()
+		}
+		if w.until.Sub(*now) < l.queueRTT {
+			l.dequeueLocked(0)
+			w.doomed = true
+			close(w.ready)
+			return false
+		}
+	}
+	i := 0
+	if len(l.waiters) > 1 && !l.waiters[0].until.IsZero() && bits.OnesCount32(l.queueing) >= growing {
+		if now.IsZero() {
+			*now = time.Now()
+		}
+		if l.waiters[0].until.Sub(*now) < lateFactor*l.queueRTT {
+			i = len(l.waiters) - 1
+		}
+	}
+	w := l.waiters[i]
+	l.dequeueLocked(i)
+	w.granted = true
+	w.k = l.takeLocked()
+	l.queueing <<= 1
+	close(w.ready)
+	return true
 }
 
 // dequeueLocked takes waiter i out of the queue. Once the queue is empty,
