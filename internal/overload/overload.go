@@ -164,6 +164,7 @@ type waiter struct {
 	until   time.Time // its call's deadline; zero: none
 	granted bool      // under mu
 	doomed  bool      // refused by grantLocked: too little time left to be answered
+	over    bool      // sent over the limit while the client stalled: it did not wait for a slot
 	k       int       // attempts in flight once granted, its own included
 }
 
@@ -244,7 +245,7 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 		var t time.Time
 		sent := false
 		for len(l.waiters) > 0 && !sent {
-			sent = l.grantNextLocked(&t)
+			sent = l.grantNextLocked(&t, true)
 		}
 		if !sent { // nobody waiting, or nobody who could still be answered
 			k := l.takeLocked()
@@ -278,8 +279,8 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 				l.mu.Unlock()
 				return Slot{}, err
 			}
-			s := l.slot(w.k, time.Now()) // k was written before ready was closed
-			s.queued = true
+			s := l.slot(w.k, time.Now()) // k and over were written before ready was closed
+			s.queued = !w.over
 			return s, nil
 		case <-timer.C:
 			// The time to headers it was to be refused by may have fallen
@@ -307,7 +308,7 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 	if w.granted { // granted as the wait ended: give the slot back if the caller left
 		l.mu.Unlock()
 		s := l.slot(w.k, time.Now())
-		s.queued = true
+		s.queued = !w.over
 		if cause == nil {
 			return s, nil
 		}
@@ -674,14 +675,19 @@ func (l *Limiter) sheddingLocked() bool {
 func (l *Limiter) grantLocked() {
 	var now time.Time
 	for len(l.waiters) > 0 && l.inflight < l.limitLocked() {
-		l.grantNextLocked(&now)
+		l.grantNextLocked(&now, false)
 	}
 }
 
 // grantNextLocked grants a slot to the waiter grantLocked's rules choose,
 // whatever the limit, and reports true; or it refuses the head waiter,
 // too late to be answered, and reports false. now is read once, if needed.
-func (l *Limiter) grantNextLocked(now *time.Time) bool {
+// A waiter sent over the limit because the client stalls (over) did not
+// wait for a slot: its time to headers is not the queue's. Counted as the
+// queue's, the answers of waiters sent during an upstream's 2 s stall set
+// the queue's time to headers to 1.7 s after it, and calls with 1.6 s
+// left were refused while the upstream answered in 20 ms.
+func (l *Limiter) grantNextLocked(now *time.Time, over bool) bool {
 	if w := l.waiters[0]; l.queueRTT > 0 && !w.until.IsZero() {
 		if now.IsZero() {
 			*now = time.Now()
@@ -704,7 +710,7 @@ func (l *Limiter) grantNextLocked(now *time.Time) bool {
 	}
 	w := l.waiters[i]
 	l.dequeueLocked(i)
-	w.granted = true
+	w.granted, w.over = true, over
 	w.k = l.takeLocked()
 	l.queueing <<= 1
 	close(w.ready)

@@ -703,6 +703,7 @@ func TestLimiterSendsTheOldestOverTheLimitWhileTheClientStalls(t *testing.T) {
 	r := <-got
 	require.NoError(t, r.err)
 	assert.Equal(t, "oldest", r.name, "the oldest goes over the limit")
+	assert.False(t, r.s.queued, "it did not wait for a slot: its time to headers is not the queue's")
 	st := l.Stats()
 	assert.Equal(t, 2, st.InFlight)
 	assert.Equal(t, 1, st.Queued, "the newest waits its turn")
@@ -713,6 +714,7 @@ func TestLimiterSendsTheOldestOverTheLimitWhileTheClientStalls(t *testing.T) {
 	r = <-got
 	require.NoError(t, r.err)
 	assert.Equal(t, "newest", r.name, "served once a slot is free")
+	assert.True(t, r.s.queued, "sent from the queue")
 	r.s.End(Dropped, 0)
 	assert.Equal(t, 0, l.Stats().InFlight)
 }
