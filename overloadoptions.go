@@ -116,7 +116,7 @@ func resolveOverload(ov *OverloadOptions, bad badOption) error {
 // queued, refused, overloaded.
 type OverloadStats struct {
 	Limit      int           // attempts allowed in flight
-	InFlight   int           // attempts in flight
+	InFlight   int           // attempts in flight holding a slot (not those sent with none after the upstream stalled)
 	Queued     int           // first attempts waiting
 	Latency    time.Duration // smoothed time to headers
 	Refused    uint64        // refusals and sheds so far

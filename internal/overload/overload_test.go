@@ -718,3 +718,66 @@ func TestLimiterSendsTheOldestOverTheLimitWhileTheClientStalls(t *testing.T) {
 	r.s.End(Dropped, 0)
 	assert.Equal(t, 0, l.Stats().InFlight)
 }
+
+// TestLimiterSendsWhileTheUpstreamIsSilent: while nothing in flight has
+// been answered for silenceFactor usual times to headers (an upstream's
+// stall), a call that would wait is sent, the waiters first, and none of
+// them holds a slot; nor do the calls sent after, while those or these
+// are in flight, until one of these times out.
+func TestLimiterSendsWhileTheUpstreamIsSilent(t *testing.T) {
+	l := newLimiter(testOptions(1, 2), time.Now)
+	ctx := context.Background()
+	const usual = 100 * time.Millisecond // silent after 8 of them
+	for range 4 {
+		s, err := l.Acquire(ctx, 0, time.Time{}, 1, time.Now())
+		require.NoError(t, err)
+		s.End(Answered, usual)
+	}
+	acquire := func() (Slot, error) { return l.Acquire(ctx, time.Hour, time.Time{}, 1, time.Now()) }
+	a, err := acquire()
+	require.NoError(t, err)
+	b, err := acquire()
+	require.NoError(t, err)
+	got := make(chan Slot)
+	go func() {
+		s, err := acquire()
+		assert.NoError(t, err)
+		got <- s
+	}()
+	require.Eventually(t, func() bool { return l.Stats().Queued == 1 }, 5*time.Second, time.Millisecond, "the limit is full: it waits")
+
+	time.Sleep(silenceFactor*usual + 50*time.Millisecond)
+	c, err := acquire()
+	require.NoError(t, err, "silent: sent")
+	w := <-got
+	assert.Equal(t, inSilence, w.how, "the waiter went first")
+	assert.Equal(t, inSilence, c.how)
+	st := l.Stats()
+	assert.Equal(t, 2, st.InFlight, "neither holds a slot")
+	assert.Equal(t, 0, st.Queued)
+
+	a.End(Answered, usual) // the upstream speaks again
+	d, err := acquire()
+	require.NoError(t, err)
+	assert.Equal(t, underLimit, d.how, "a free slot is taken")
+	e, err := acquire()
+	require.NoError(t, err, "over the limit, while the attempts sent in the stall are in flight")
+	assert.Equal(t, unslotted, e.how)
+	assert.Equal(t, 2, l.Stats().InFlight)
+
+	w.End(Answered, usual)
+	c.End(Answered, usual)
+	f, err := acquire()
+	require.NoError(t, err, "the stall's attempts ended, but one sent since is in flight")
+	assert.Equal(t, unslotted, f.how)
+
+	e.End(Timeout, -1) // the upstream's queue does not drain
+	_, err = l.Acquire(ctx, 10*time.Millisecond, time.Time{}, 1, time.Now())
+	var r *Refusal
+	require.ErrorAs(t, err, &r, "one sent since timed out: it waits for a slot, and none is freed")
+	for _, s := range []Slot{b, d, f} {
+		s.End(Dropped, 0)
+	}
+	assert.Equal(t, 0, l.Stats().InFlight)
+	assert.Equal(t, 0, l.silent+l.unslotted)
+}
