@@ -177,10 +177,11 @@ const (
 type grant uint8
 
 const (
-	underLimit grant = iota // it waited for a slot under the limit, or needed none
-	overLimit               // over the limit, while the client stalled (stalledLocked): it did not wait for a slot
-	unslotted               // since the upstream was silent, before the attempts sent then ended: it holds no slot
-	inSilence               // while the upstream was silent (silentLocked): it holds no slot
+	freeSlot  grant = iota // a slot was free: it did not wait
+	fromQueue              // it waited in the queue for a slot under the limit
+	overLimit              // over the limit, while the client stalled (stalledLocked): it did not wait for a slot
+	unslotted              // since the upstream was silent, before the attempts sent then ended: it holds no slot
+	inSilence              // while the upstream was silent (silentLocked): it holds no slot
 )
 
 type waiter struct {
@@ -223,12 +224,14 @@ func (l *Limiter) limitLocked() int {
 // A Slot is an attempt's hold on the limiter; the zero value holds
 // nothing.
 type Slot struct {
-	l      *Limiter
-	at     time.Time
-	k      int  // attempts in flight when it was sent, its own included
-	queued bool // it waited in the queue for its slot
-	how    grant
+	l   *Limiter
+	at  time.Time
+	k   int // attempts in flight when it was sent, its own included
+	how grant
 }
+
+// queued reports whether s's attempt waited in the queue for its slot.
+func (s *Slot) queued() bool { return s.how == fromQueue }
 
 // Held reports whether s holds a slot of a limiter: it is not the zero
 // Slot.
@@ -345,7 +348,7 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 				return Slot{}, err
 			}
 			s := l.slot(w.k, time.Now()) // k and how were written before ready was closed
-			s.queued, s.how = w.how == underLimit, w.how
+			s.how = w.how
 			return s, nil
 		case <-timer.C:
 			// The time to headers it was to be refused by may have fallen
@@ -373,7 +376,7 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 	if w.granted { // granted as the wait ended: give the slot back if the caller left
 		l.mu.Unlock()
 		s := l.slot(w.k, time.Now())
-		s.queued, s.how = w.how == underLimit, w.how
+		s.how = w.how
 		if cause == nil {
 			return s, nil
 		}
@@ -530,7 +533,7 @@ func (s *Slot) End(o Outcome, rtt time.Duration) {
 		// with the limiter off served).
 		o = Dropped
 	}
-	if o == Timeout && s.queued {
+	if o == Timeout && s.queued() {
 		// Sent from the queue, with part of its deadline spent there: its
 		// timeout is the client's wait as much as the upstream's. Counted
 		// as a loss, it cut the cap of the replica whose queue was the
@@ -565,7 +568,7 @@ func (s *Slot) End(o Outcome, rtt time.Duration) {
 			if o == Answered {
 				l.paceLocked(rtt)
 				switch {
-				case !s.queued || len(l.waiters) == 0: // none, or not since the queue was last empty
+				case !s.queued() || len(l.waiters) == 0: // none, or not since the queue was last empty
 				case l.queueRTT == 0:
 					l.queueRTT = rtt
 				default:
@@ -786,20 +789,20 @@ func (l *Limiter) sheddingLocked() bool {
 func (l *Limiter) grantLocked() {
 	var now time.Time
 	for len(l.waiters) > 0 && l.inflight < l.limitLocked() {
-		l.grantNextLocked(&now, underLimit)
+		l.grantNextLocked(&now, fromQueue)
 	}
 }
 
 // grantNextLocked grants a slot to the waiter grantLocked's rules choose,
 // whatever the limit, and reports true; or it refuses the head waiter,
 // too late to be answered, and reports false. now is read once, if needed.
-// how is how it is sent: under the limit, or (over the limit, or with no
-// slot, see grant) in a newcomer's place. A waiter sent any way but
-// underLimit did not wait for a slot: its time to headers is not the
-// queue's. Counted as the
-// queue's, the answers of waiters sent during an upstream's 2 s stall set
-// the queue's time to headers to 1.7 s after it, and calls with 1.6 s
-// left were refused while the upstream answered in 20 ms.
+// how is how it is sent: fromQueue, or (over the limit, or with no slot,
+// see grant) in a newcomer's place. A waiter sent any way but fromQueue
+// did not wait for a slot: its time to headers is not the queue's.
+// Counted as the queue's, the answers of waiters sent during an
+// upstream's 2 s stall set the queue's time to headers to 1.7 s after it,
+// and calls with 1.6 s left were refused while the upstream answered in
+// 20 ms.
 func (l *Limiter) grantNextLocked(now *time.Time, how grant) bool {
 	if w := l.waiters[0]; l.queueRTT > 0 && !w.until.IsZero() {
 		if now.IsZero() {

@@ -613,7 +613,9 @@ func TestTimeoutsOfAttemptsSentFromTheQueueAreNotLosses(t *testing.T) {
 	timeout := func(queued bool) {
 		s, err := l.Acquire(context.Background(), 0, time.Time{}, 1, time.Now())
 		require.NoError(t, err)
-		s.queued = queued // as Acquire marks a slot granted from the queue
+		if queued {
+			s.how = fromQueue // as Acquire marks a slot granted from the queue
+		}
 		s.End(Timeout, 200*time.Millisecond)
 	}
 	for range 20 {
@@ -703,7 +705,7 @@ func TestLimiterSendsTheOldestOverTheLimitWhileTheClientStalls(t *testing.T) {
 	r := <-got
 	require.NoError(t, r.err)
 	assert.Equal(t, "oldest", r.name, "the oldest goes over the limit")
-	assert.False(t, r.s.queued, "it did not wait for a slot: its time to headers is not the queue's")
+	assert.False(t, r.s.queued(), "it did not wait for a slot: its time to headers is not the queue's")
 	st := l.Stats()
 	assert.Equal(t, 2, st.InFlight)
 	assert.Equal(t, 1, st.Queued, "the newest waits its turn")
@@ -714,7 +716,7 @@ func TestLimiterSendsTheOldestOverTheLimitWhileTheClientStalls(t *testing.T) {
 	r = <-got
 	require.NoError(t, r.err)
 	assert.Equal(t, "newest", r.name, "served once a slot is free")
-	assert.True(t, r.s.queued, "sent from the queue")
+	assert.True(t, r.s.queued(), "sent from the queue")
 	r.s.End(Dropped, 0)
 	assert.Equal(t, 0, l.Stats().InFlight)
 }
@@ -759,7 +761,7 @@ func TestLimiterSendsWhileTheUpstreamIsSilent(t *testing.T) {
 	a.End(Answered, usual) // the upstream speaks again
 	d, err := acquire()
 	require.NoError(t, err)
-	assert.Equal(t, underLimit, d.how, "a free slot is taken")
+	assert.Equal(t, freeSlot, d.how, "a free slot is taken")
 	e, err := acquire()
 	require.NoError(t, err, "over the limit, while the attempts sent in the stall are in flight")
 	assert.Equal(t, unslotted, e.how)
