@@ -5,10 +5,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -104,6 +107,114 @@ func TestDatabaseCrashReleasesTheKey(t *testing.T) {
 	assert.Equal(t, 1, rows, "the retry's row; the owner's rolled back")
 	code, _ = send()
 	assert.Equal(t, http.StatusCreated, code, "replayed")
+}
+
+// afterClaim is a pgx query tracer that calls do once, after the first
+// claim insert into idempotency_keys that lands: the claim is recorded,
+// and its owner's transaction has not begun. The claim waits for do.
+type afterClaim struct {
+	do   func()
+	once sync.Once
+}
+
+type tracedSQL struct{}
+
+func (a *afterClaim) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	return context.WithValue(ctx, tracedSQL{}, d.SQL)
+}
+
+func (a *afterClaim) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
+	sql, _ := ctx.Value(tracedSQL{}).(string)
+	if d.Err == nil && d.CommandTag.RowsAffected() == 1 && strings.HasPrefix(strings.TrimSpace(sql), "INSERT INTO idempotency_keys") {
+		a.once.Do(a.do)
+	}
+}
+
+// tracedPool connects to dsn with tracer on each connection.
+func tracedPool(t testing.TB, dsn string, tracer pgx.QueryTracer) *pgxpool.Pool {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// PostgreSQL crashes after a claim's insert has landed and before its
+// owner's transaction begins. The owner, alive, answers 503 without
+// running the handler, and cannot release its claim while the server is
+// down. It releases it as soon as the server answers again, as after a
+// failed commit, so the retry of the same key runs within seconds of the
+// database's return, not once the lease (a minute here) has run out;
+// before, the release was tried once and the key got 409 for the whole
+// lease.
+func TestDatabaseCrashBeforeTheOwnerBegins(t *testing.T) {
+	c := pgtest.NewCluster(t)
+	ctx := context.Background()
+	inserted, crashed := make(chan struct{}), make(chan struct{})
+	pool := tracedPool(t, c.DSN, &afterClaim{do: func() {
+		close(inserted)
+		<-crashed
+	}})
+	b, err := pgOn(ctx, pool)
+	require.NoError(t, err)
+	app := &orders{b: b}
+	var logs syncBuffer
+	mw, err := idempotency.New(b.store, idempotency.Options{
+		Principal: byHeader,
+		Lease:     time.Minute,
+		Logger:    slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	require.NoError(t, err)
+	srv := httptest.NewServer(mw.Handler(app))
+	defer srv.Close()
+	client := &http.Client{Transport: newBase(t)}
+	do := func() (int, string, error) {
+		resp, err := client.Do(post(t, srv.URL, "widget", "k-crash-claim"))
+		if err != nil {
+			return 0, "", err
+		}
+		return resp.StatusCode, answer(t, resp), nil
+	}
+
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	owner := make(chan result, 1)
+	go func() {
+		code, body, err := do()
+		owner <- result{code, body, err}
+	}()
+	<-inserted // the claim is recorded; the owner's transaction has not begun
+	c.Crash(t)
+	close(crashed)
+	r := <-owner
+	require.NoError(t, r.err)
+	assert.Equal(t, http.StatusServiceUnavailable, r.code, "the owner's transaction could not begin: %s", r.body)
+	assert.Zero(t, app.runs.Load(), "the handler did not run")
+
+	c.Start(t)
+	back := time.Now()
+	var statuses []int
+	for {
+		code, body, err := do()
+		require.NoError(t, err)
+		statuses = append(statuses, code)
+		if code == http.StatusCreated {
+			assert.Contains(t, body, `"item":"widget"`)
+			break
+		}
+		require.Contains(t, []int{http.StatusConflict, http.StatusServiceUnavailable}, code, body)
+		require.Less(t, time.Since(back), 15*time.Second, "the key is still claimed %v after the database came back, its lease a minute (answers %v); logs:\n%s", time.Since(back), statuses, logs.String())
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("usable %v after the database came back; answers %v", time.Since(back), statuses)
+	assert.Contains(t, logs.String(), "claim released once the store answered again")
+	assert.EqualValues(t, 1, app.runs.Load(), "the retry's run alone")
+	assert.Equal(t, 1, b.rows(t))
 }
 
 // leaseSpy records the lease of each claim.

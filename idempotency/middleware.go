@@ -120,6 +120,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	claimed := time.Now()
 	claim, err := m.store.Claim(r.Context(), req)
 	if err != nil {
+		if claim.Txn != nil {
+			// The claim was recorded, and its transaction could not begin
+			// (the database went away in between): release it now, or as
+			// soon as the database answers again, as after a failed commit.
+			m.abort(r.Context(), owner{txn: claim.Txn, leaseEnd: claimed.Add(m.opts.Lease)})
+		}
 		if r.Context().Err() != nil {
 			return // the caller went away
 		}

@@ -31,6 +31,12 @@ type Store interface {
 	// its TTL, or in progress with an expired lease, the same digest and
 	// an owner whose transaction has ended. An Owned claim carries the
 	// owner's transaction, already begun.
+	//
+	// If it fails after recording the claim (the database went away
+	// before the owner's transaction began), it returns its error with a
+	// Claim whose Txn holds that claim, and nothing else: its caller must
+	// Abort it, as after a failed Commit, to release the key before its
+	// lease ends (the middleware does, again until the release lands).
 	Claim(ctx context.Context, req ClaimRequest) (Claim, error)
 
 	// Sweep deletes up to limit keys whose retention (TTL) has passed. It

@@ -90,7 +90,10 @@ const maxTries = 3
 // over only once that transaction has ended: the owner committed, aborted,
 // or died (PostgreSQL ends the transaction of a connection that drops). A
 // live owner is never taken over, whatever its lease: the claim skips its
-// locked row, without waiting, and reports the key in progress.
+// locked row, without waiting, and reports the key in progress. If the
+// database goes away between the insert and the lock, the error comes
+// with the claim's Txn, whose Abort releases the claim once the database
+// answers again (idempotency.Store).
 func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.Claim, error) {
 	k := req.Key.Hash()
 	ownerAlive := false
@@ -194,10 +197,12 @@ func (s *Store) own(ctx context.Context, k keyHash, token []byte, ttl time.Durat
 	// The transaction outlives the request's cancellation: the middleware
 	// commits or aborts it.
 	bg := context.WithoutCancel(ctx)
+	// On failure the claim stays recorded, and the database may be down:
+	// the caller releases it through the claim's Txn (idempotency.Store).
+	claimOnly := idempotency.Claim{Txn: &txn{s: s, key: k, token: token, ttl: ttl}}
 	tx, err := s.pool.Begin(bg)
 	if err != nil {
-		_ = s.release(bg, k, token)
-		return idempotency.Claim{}, false, fmt.Errorf("pgstore: begin: %w", err)
+		return claimOnly, false, fmt.Errorf("pgstore: begin: %w", err)
 	}
 	var one int
 	err = tx.QueryRow(ctx, `SELECT 1 FROM idempotency_keys
@@ -208,8 +213,7 @@ func (s *Store) own(ctx context.Context, k keyHash, token []byte, ttl time.Durat
 		if errors.Is(err, pgx.ErrNoRows) {
 			return idempotency.Claim{}, false, nil
 		}
-		_ = s.release(bg, k, token)
-		return idempotency.Claim{}, false, fmt.Errorf("pgstore: lock claimed key: %w", err)
+		return claimOnly, false, fmt.Errorf("pgstore: lock claimed key: %w", err)
 	}
 	return idempotency.Claim{State: idempotency.Owned, Txn: &txn{s: s, tx: tx, key: k, token: token, ttl: ttl}}, true, nil
 }
@@ -262,6 +266,8 @@ func (s *Store) CountKeys(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
+// A txn is an owner's transaction and claim; tx is nil for a claim whose
+// transaction could not begin, which only Abort releases.
 type txn struct {
 	s     *Store
 	tx    pgx.Tx
@@ -275,6 +281,9 @@ func (t *txn) Context(ctx context.Context) context.Context {
 }
 
 func (t *txn) Commit(ctx context.Context, resp *idempotency.Response) error {
+	if t.tx == nil {
+		return errors.New("pgstore: commit: the claim's transaction never began")
+	}
 	header := []byte("{}")
 	if resp.Header != nil {
 		var err error
@@ -307,7 +316,10 @@ func (t *txn) Commit(ctx context.Context, resp *idempotency.Response) error {
 }
 
 func (t *txn) Abort(ctx context.Context) error {
-	err := t.tx.Rollback(ctx)
+	var err error
+	if t.tx != nil {
+		err = t.tx.Rollback(ctx)
+	}
 	if errors.Is(err, pgx.ErrTxClosed) {
 		err = nil
 	}

@@ -159,8 +159,9 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 		// middleware commits or aborts it.
 		tx, err := s.db.BeginTx(context.WithoutCancel(ctx), nil)
 		if err != nil {
-			s.release(context.WithoutCancel(ctx), k, tok)
-			return idempotency.Claim{}, fmt.Errorf("sqlitestore: begin: %w", err)
+			// The claim stays recorded: the caller releases it through
+			// the claim's Txn (idempotency.Store).
+			return idempotency.Claim{Txn: &txn{s: s, key: k, token: tok, ttl: req.TTL}}, fmt.Errorf("sqlitestore: begin: %w", err)
 		}
 		return idempotency.Claim{State: idempotency.Owned, Txn: &txn{s: s, tx: tx, key: k, token: tok, ttl: req.TTL}}, nil
 	}
@@ -211,6 +212,8 @@ func (s *Store) CountKeys(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// A txn is an owner's transaction and claim; tx is nil for a claim whose
+// transaction could not begin, which only Abort releases.
 type txn struct {
 	s     *Store
 	tx    *sql.Tx
@@ -224,6 +227,9 @@ func (t *txn) Context(ctx context.Context) context.Context {
 }
 
 func (t *txn) Commit(ctx context.Context, resp *idempotency.Response) error {
+	if t.tx == nil {
+		return errors.New("sqlitestore: commit: the claim's transaction never began")
+	}
 	header, err := json.Marshal(resp.Header)
 	if err != nil {
 		_ = t.tx.Rollback()
@@ -255,7 +261,10 @@ func (t *txn) Commit(ctx context.Context, resp *idempotency.Response) error {
 }
 
 func (t *txn) Abort(ctx context.Context) error {
-	err := t.tx.Rollback()
+	var err error
+	if t.tx != nil {
+		err = t.tx.Rollback()
+	}
 	if errors.Is(err, sql.ErrTxDone) {
 		err = nil
 	}
