@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/resilienthttp/resilience/idempotency"
+	"github.com/resilienthttp/resilience/idempotency/internal/pgtest"
 )
 
 // Keyed writes far faster than one batch per interval deletes (the sweep
@@ -158,4 +159,31 @@ func TestFirstSweepAtStart(t *testing.T) {
 		require.Equal(t, http.StatusCreated, serve(restarted, newReq("POST", "x", "first", "acme")).Code)
 		assert.Equal(t, 1, b.keys(t), "the first write swept the expired keys")
 	})
+}
+
+// PostgreSQL has the window SQLite had (see sqlitestore's
+// TestSweepBeforeTheOwnerBegins) between a claim's insert and its owner's
+// row lock, but no 409 comes of it: a sweep there, once the claim's TTL
+// has passed, deletes the claim; the owner's lock then finds no row of its
+// token and Claim inserts the claim again before the handler runs.
+func TestSweepBeforeTheOwnerLocksPostgres(t *testing.T) {
+	_, dsn := pgtest.Pool(t)
+	const ttl = 10 * time.Millisecond
+	var mw *idempotency.Middleware
+	swept := -1
+	pool := tracedPool(t, dsn, &afterClaim{do: func() {
+		time.Sleep(2 * ttl) // the claim's TTL has passed
+		r, err := mw.Sweep(context.Background())
+		assert.NoError(t, err)
+		swept = r.Deleted
+	}})
+	b, err := pgOn(context.Background(), pool)
+	require.NoError(t, err)
+	mw = middleware(t, b, idempotency.Options{TTL: ttl, Lease: ttl, SweepInterval: -1})
+	app := &orders{b: b}
+	rec := serve(mw.Handler(app), newReq("POST", "x", "k-once", "acme"))
+	require.Equal(t, 1, swept, "the sweep ran between the claim's insert and the owner's lock, and deleted the claim")
+	assert.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	assert.Equal(t, 1, b.rows(t))
+	assert.EqualValues(t, 1, app.runs.Load())
 }

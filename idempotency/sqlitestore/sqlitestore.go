@@ -12,8 +12,9 @@
 // writes through the *sql.DB instead of Tx waits on its own transaction
 // until the busy timeout.
 //
-// An owner's transaction holds the write lock while it is open, so a live
-// owner keeps its key past its lease: a claim that would take it over
+// An owner's transaction holds the write lock while it is open, and its
+// claim is made again inside it (see Store.Claim), so a live owner keeps
+// its key past its lease and its TTL: a claim that would take it over
 // waits for the lock (up to the busy timeout) and then finds the key
 // completed or released; the owner's Commit lands. An owner that dies
 // releases the lock with its process, and its key is free once its lease
@@ -66,6 +67,9 @@ CREATE INDEX IF NOT EXISTS idempotency_keys_expires_at ON idempotency_keys (expi
 // idempotency_keys.
 type Store struct {
 	db *sql.DB
+	// beforeBegin, when set (by tests), runs in Claim between the claim's
+	// commit and the BEGIN IMMEDIATE of its owner's transaction.
+	beforeBegin func()
 }
 
 // New creates the store's table in db if absent and returns the Store.
@@ -102,7 +106,40 @@ func Tx(ctx context.Context) *sql.Tx {
 // between the lookup and the insert.
 const maxTries = 3
 
-// Claim implements idempotency.Store.
+// claimKey claims the key ?1 for the digest ?2 and the token ?3, with the
+// lease and TTL ending at ?4 and ?5, if it is free at ?6 (now): absent,
+// past its TTL, in progress with an expired lease and the same digest, or
+// already claimed by the token ?3 (the claim made again in its owner's
+// transaction). One row affected: claimed.
+const claimKey = `INSERT INTO idempotency_keys
+		(key_hash, digest, token, lease_until, expires_at, status)
+	VALUES (?1, ?2, ?3, ?4, ?5, 0)
+	ON CONFLICT (key_hash) DO UPDATE SET
+		digest = excluded.digest, token = excluded.token, lease_until = excluded.lease_until,
+		expires_at = excluded.expires_at, status = 0, header = NULL, body = NULL
+	WHERE idempotency_keys.token = excluded.token
+		OR idempotency_keys.expires_at <= ?6
+		OR (idempotency_keys.status = 0 AND idempotency_keys.lease_until <= ?6
+			AND idempotency_keys.digest = excluded.digest)`
+
+// claimArgs are claimKey's arguments for req, k and token, from now.
+func claimArgs(req idempotency.ClaimRequest, k keyHash, token []byte) []any {
+	now := time.Now().UnixNano()
+	return []any{k[:], req.Digest[:], token, now + int64(req.Lease), now + int64(req.TTL), now}
+}
+
+// Claim implements idempotency.Store. The claim is made twice: first on
+// its own, committed at once, so that other requests see the key in
+// progress (readers never wait for the writer); then again inside the
+// owner's transaction, once its BEGIN IMMEDIATE holds the write lock, with
+// its lease and TTL from then. Between the two, the claim holds no lock,
+// and the BEGIN may wait up to the busy timeout while other owners write:
+// a sweep can delete the claim once its TTL has passed, or a retry of the
+// key take it over once its lease has. The second claim, under the lock,
+// finds that out before the handler runs: a claim swept meanwhile is made
+// again, and a claim that another request of the key took over is lost,
+// and looked up again. From then on nothing else writes until the owner's
+// transaction ends, so its claim holds until its commit.
 func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempotency.Claim, error) {
 	k := req.Key.Hash()
 	for range maxTries {
@@ -138,30 +175,33 @@ func (s *Store) Claim(ctx context.Context, req idempotency.ClaimRequest) (idempo
 		}
 		tok := make([]byte, 16)
 		_, _ = rand.Read(tok)
-		res, err := s.db.ExecContext(ctx, `INSERT INTO idempotency_keys
-				(key_hash, digest, token, lease_until, expires_at, status)
-			VALUES (?1, ?2, ?3, ?4, ?5, 0)
-			ON CONFLICT (key_hash) DO UPDATE SET
-				digest = excluded.digest, token = excluded.token, lease_until = excluded.lease_until,
-				expires_at = excluded.expires_at, status = 0, header = NULL, body = NULL
-			WHERE idempotency_keys.expires_at <= ?6
-				OR (idempotency_keys.status = 0 AND idempotency_keys.lease_until <= ?6
-					AND idempotency_keys.digest = excluded.digest)`,
-			k[:], req.Digest[:], tok,
-			now+int64(req.Lease), now+int64(req.TTL), now)
+		res, err := s.db.ExecContext(ctx, claimKey, claimArgs(req, k, tok)...)
 		if err != nil {
 			return idempotency.Claim{}, fmt.Errorf("sqlitestore: claim key: %w", err)
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
 			continue // another request claimed or completed it meanwhile: look again
 		}
+		if s.beforeBegin != nil {
+			s.beforeBegin()
+		}
+		// On failure from here the claim may stay recorded: the caller
+		// releases it through the claim's Txn (idempotency.Store).
+		claimOnly := idempotency.Claim{Txn: &txn{s: s, key: k, token: tok, ttl: req.TTL}}
 		// The transaction outlives the request's cancellation: the
 		// middleware commits or aborts it.
 		tx, err := s.db.BeginTx(context.WithoutCancel(ctx), nil)
 		if err != nil {
-			// The claim stays recorded: the caller releases it through
-			// the claim's Txn (idempotency.Store).
-			return idempotency.Claim{Txn: &txn{s: s, key: k, token: tok, ttl: req.TTL}}, fmt.Errorf("sqlitestore: begin: %w", err)
+			return claimOnly, fmt.Errorf("sqlitestore: begin: %w", err)
+		}
+		res, err = tx.ExecContext(ctx, claimKey, claimArgs(req, k, tok)...)
+		if err != nil {
+			_ = tx.Rollback()
+			return claimOnly, fmt.Errorf("sqlitestore: claim key in its transaction: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			_ = tx.Rollback()
+			continue // another request took the key over before the lock: look again
 		}
 		return idempotency.Claim{State: idempotency.Owned, Txn: &txn{s: s, tx: tx, key: k, token: tok, ttl: req.TTL}}, nil
 	}
