@@ -41,8 +41,10 @@
 // handler has returned and it knows it did not commit: a 5xx, a panic, a
 // response too large, or a commit that failed (whose outcome is unknown:
 // the release never touches a key a commit completed, nor one another
-// request took over). If the release fails too, as when the database went
-// down with the owner's transaction, the owner answers 503 with
+// request took over); or before its handler runs, when the claim was
+// recorded and the owner's transaction could not begin. If the release
+// fails too, as when the database went down with the owner's transaction,
+// the owner answers 503 with
 // Retry-After: 1 and keeps trying it in the background (every 50 ms, then
 // up to every 500 ms) until the database answers again or the lease runs
 // out: the key is usable within about half a second of the database's
