@@ -32,6 +32,7 @@ type attempt struct {
 
 	admitted bool // the route took the circuit's permit (admitRouted): send does not ask
 	queue    bool // it waits for an overload slot (a first attempt, a retry); a hedge only tries
+	afterCut bool // it follows one of the call's cut at its limit (deadlines.holds)
 	first    bool // the retry budget counts it as a first attempt
 	claimed  bool // it holds a token of rb, which its judgement, or its end unjudged, settles
 
@@ -77,6 +78,7 @@ type outcome struct {
 	err  error // for outcomeRejected, why the circuit is open; for outcomeShed, the limiter's refusal
 	kind outcomeKind
 	sent bool // its request went to the base RoundTripper
+	cut  bool // its attempt deadline cut it
 }
 
 // send sends the attempt: it asks the circuit (unless the route did), takes
@@ -140,9 +142,11 @@ func (a *attempt) send(now time.Time) outcome {
 	if a.ep != nil {
 		a.ep.retarget(r)
 	}
-	a.dl.start(cancel, c.attemptLimit, now)
+	a.dl.start(cancel, a.afterCut, c.attemptLimit, now)
 	sentAt := c.sendingAttempt(a.n)
+	c.s.waiting.Add(1)
 	resp, err := c.base.RoundTrip(r)
+	c.s.waiting.Add(-1)
 	c.attemptAnswered(sentAt, resp)
 	fired, held := a.dl.answered() // the deadline that cut it, if one did
 	if held {
@@ -157,9 +161,13 @@ func (a *attempt) send(now time.Time) outcome {
 		a.dl.mu.Unlock()
 	}
 	left := err != nil && fired == nil && (context.Cause(ctx) != nil || c.callerLeft() != nil)
+	// The caller gave up on it past its limit: as one held until the total
+	// deadline, the upstream failed it, for the limiter, the breaker and
+	// the budget alike.
+	gaveUp := left && held && c.callerLeft() != nil
 	if slot.Held() {
 		o := c.overloadOutcome(resp, err, fired, held)
-		if left || (o == overload.Loss && requestFault(sent, err) != nil) {
+		if (left && !gaveUp) || (o == overload.Loss && requestFault(sent, err) != nil) {
 			o = overload.Dropped
 		}
 		slot.Release(o)
@@ -193,8 +201,12 @@ func (a *attempt) send(now time.Time) outcome {
 		resp, err = nil, ErrAttemptTimeout
 		a.record(Event{Kind: EventAttemptTimeout, Attempt: a.n, Err: err})
 	case left:
+		if gaveUp {
+			a.judge(nil, ErrAttemptTimeout)
+		} else {
+			a.s.abandonProbe(a.probe, err) // the race's loser, or the caller gave up
+		}
 		a.settle()
-		a.s.abandonProbe(a.probe, err) // the race's loser, or the caller gave up
 		return outcome{err: err, kind: outcomeAbandoned, sent: true}
 	case err != nil:
 		if fault := requestFault(sent, err); fault != nil {
@@ -204,7 +216,7 @@ func (a *attempt) send(now time.Time) outcome {
 		}
 	}
 	if a.judge(resp, err) {
-		return outcome{resp: resp, err: err, kind: outcomeFailure, sent: true}
+		return outcome{resp: resp, err: err, kind: outcomeFailure, sent: true, cut: fired == ErrAttemptTimeout}
 	}
 	if err == nil && resp.StatusCode != http.StatusServiceUnavailable && resp.StatusCode != http.StatusTooManyRequests {
 		// Served: the upstream's queue has moved past every attempt sent
@@ -214,6 +226,7 @@ func (a *attempt) send(now time.Time) outcome {
 		// as served, pushbacks cut 109-113 queued attempts per run at their
 		// limit in the fleet experiment's shedding upstream at N = 10.
 		c.h.answered(a.dl.sent) // start's, on this goroutine
+		c.s.served(a.dl.sent, held)
 	}
 	return outcome{resp: resp, err: err, kind: outcomeAnswer, sent: true}
 }

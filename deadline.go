@@ -34,6 +34,7 @@ type deadlines struct {
 	inBody     bool                    // the current attempt's headers arrived in time
 	delivered  bool                    // the caller holds the body: the total timeout ends the call
 	held       bool                    // the current attempt outlived its limit, queued behind others (fire)
+	afterCut   bool                    // the current attempt follows one of the call's that was cut at its limit
 }
 
 // A cause is the deadline the timer cancels an attempt for: a byte rather
@@ -154,10 +155,11 @@ func (s *timerSlot) arm(d *deadlines, at, now time.Time) {
 	s.mu.Unlock()
 }
 
-// start makes cancel the current attempt's, an attempt sent at now, and
+// start makes cancel the current attempt's, an attempt sent at now
+// (afterCut: it follows one of the call's that was cut at its limit), and
 // arms the timer for the earlier of the attempt deadline (limit from now;
 // 0 for none) and the total deadline.
-func (d *deadlines) start(cancel context.CancelCauseFunc, limit time.Duration, now time.Time) {
+func (d *deadlines) start(cancel context.CancelCauseFunc, afterCut bool, limit time.Duration, now time.Time) {
 	at, why := d.totalAt, totalCause
 	if limit > 0 {
 		if a := now.Add(limit); at.IsZero() || a.Before(at) {
@@ -168,6 +170,7 @@ func (d *deadlines) start(cancel context.CancelCauseFunc, limit time.Duration, n
 	prev := d.cancel
 	d.cancel, d.fired, d.inBody = cancel, noCause, false
 	d.sent, d.held = now.Sub(d.owner.h.epoch), false
+	d.afterCut = afterCut
 	d.armLocked(at, why, now)
 	d.mu.Unlock()
 	if prev != nil {
@@ -218,7 +221,7 @@ func (d *deadlines) releaseTimerLocked() {
 // sent, as a fraction of the attempt limit, for its answer to show that the
 // first is stuck rather than queued (a later request with a shorter service
 // time overtakes an earlier one in any queue); an attempt held past its
-// limit is looked at again each such fraction.
+// limit (holds) is looked at again each such fraction.
 const overtakeMargin = 4
 
 // holdStep is the margin and the interval of the overtaking test for an
@@ -227,6 +230,45 @@ const overtakeMargin = 4
 // once, again and again, for as long as the attempt is held.
 func holdStep(limit time.Duration) time.Duration {
 	return max(limit/overtakeMargin, time.Millisecond)
+}
+
+// holdBound is how many attempt limits a held attempt may wait past its
+// send when the call has no total deadline: the standard handler's ratio of
+// TotalTimeout to AttemptTimeout (30 s to 10 s). A held attempt is a bet
+// that it is queued; without a total deadline the bet still has an end.
+const holdBound = 3
+
+// lateWindow is how many attempt limits before an attempt's send a late
+// answer still counts as evidence that its upstream queues (queueing).
+const lateWindow = 8
+
+// holds reports whether the current attempt, at its limit at now (since
+// the handler's epoch), is held rather than cut: a bet that the upstream
+// has it queued, made only on evidence. An attempt that nothing sent after
+// it has overtaken (overtaken) is held when
+//   - it is held already, and its bound has not passed;
+//   - it follows one of the call's cut at its limit: the cut did not help,
+//     and its upstream is slow to every attempt, not stuck on one (a
+//     sequential caller learns so that the upstream answers slowly);
+//   - the upstream's latest answer came late, past its attempt's limit
+//     (queueing);
+//   - or others of its attempts wait with it, and it has answered before:
+//     a queue, or a stall, that every attempt waits in alike.
+//
+// Without such evidence it is cut, as Polly cuts every attempt: a lone hung
+// request, a dead connection, an upstream that never answered (a black
+// hole, which its circuit must learn of), an endpoint others overtake. d.mu
+// must be held.
+func (d *deadlines) holds(now time.Duration) bool {
+	c := d.owner
+	limit := c.attemptLimit
+	if c.h.overtaken(d.sent + holdStep(limit)) {
+		return false
+	}
+	if d.totalAt.IsZero() && now-d.sent >= holdBound*limit {
+		return false
+	}
+	return d.held || d.afterCut || c.s.queueing(d.sent, limit) || c.s.waitsWithOthers()
 }
 
 // fire cancels the current attempt if its deadline has passed, and reports
@@ -252,22 +294,20 @@ func (d *deadlines) fire() (expire bool) {
 		d.mu.Unlock()
 		return false
 	}
-	if why == attemptCause && !d.owner.strictAttempts() {
-		step := holdStep(d.owner.attemptLimit)
-		if !d.owner.h.overtaken(d.sent + step) {
-			// The upstream has answered nothing sent since this attempt:
-			// it is queued behind the others, not stuck, and cut short it
-			// would still be served, to nobody. It waits, and is looked at
-			// again a step later.
-			d.held = true
-			at := now.Add(step)
-			if !d.totalAt.IsZero() && !at.Before(d.totalAt) {
-				at, why = d.totalAt, totalCause
-			}
-			d.armLocked(at, why, now)
-			d.mu.Unlock()
-			return false
+	if why == attemptCause && !d.owner.strictAttempts() && d.holds(now.Sub(d.owner.h.epoch)) {
+		// The attempt is queued, not stuck: cut short it would still be
+		// served, to nobody. It waits, and is looked at again a step later.
+		if f := d.owner.h.onHold; f != nil && !d.held {
+			f()
 		}
+		d.held = true
+		at := now.Add(holdStep(d.owner.attemptLimit))
+		if !d.totalAt.IsZero() && !at.Before(d.totalAt) {
+			at, why = d.totalAt, totalCause
+		}
+		d.armLocked(at, why, now)
+		d.mu.Unlock()
+		return false
 	}
 	d.fired, d.armedCause = why, noCause
 	expire = why == totalCause && d.delivered

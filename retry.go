@@ -40,6 +40,7 @@ func (l *retryLoop) run(now time.Time) (*http.Response, error) {
 	var prevErr error
 	unsent := true   // every attempt so far failed before its request left the client
 	claimed := false // attempt n holds a retry budget token
+	cut := false     // attempt n-1 was cut at its limit: attempt n may be held past its own (deadlines.holds)
 	rb, ctx := c.budget(), c.req.Context()
 	// A request without a body (nil or http.NoBody) sends that as it is: its
 	// attempts have no body to take from the call.
@@ -52,7 +53,7 @@ func (l *retryLoop) run(now time.Time) (*http.Response, error) {
 			now = time.Now()
 		}
 		a := attempt{c: c, n: n, delay: waited, s: c.s, queue: true, first: n == 1 || l.firstDelivery,
-			rb: rb, claimed: claimed, ownBody: bodied, body: none, ctx: ctx, dl: &c.deadlines}
+			afterCut: cut, rb: rb, claimed: claimed, ownBody: bodied, body: none, ctx: ctx, dl: &c.deadlines}
 		o, err := l.send(&a, now, rt)
 		if err != nil {
 			// A retry the overload limiter shed or the circuit refused was
@@ -72,6 +73,7 @@ func (l *retryLoop) run(now time.Time) (*http.Response, error) {
 			return nil, err // rejected, shed, total timeout, cancelled, the request's own failure
 		}
 		resp, err := o.resp, o.err
+		cut = o.cut
 		if rt != nil {
 			rt.ended(rt.last, err) // an endpoint's own failure drops it from the call
 		}

@@ -1,0 +1,287 @@
+package resilience
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Issue 47: an attempt past its timeout is held only on evidence that it
+// is queued (deadlines.holds). With none, it is cut and retried as Polly
+// cuts it. These tests are the cases the issue measured from outside, each
+// small: the evidence, or its absence, is the point of each.
+
+// hangServer answers "ok" except to the requests hang says hang: those
+// wait until their caller leaves or the test ends.
+func hangServer(t *testing.T, hang func(n int64, r *http.Request) bool) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	stop := make(chan struct{})
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := hits.Add(1)
+		if hang(n, r) {
+			select {
+			case <-r.Context().Done():
+			case <-stop:
+			}
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(func() {
+		close(stop)
+		srv.Close()
+	})
+	return srv, &hits
+}
+
+func holdTransport(t *testing.T, opts Options) (*Transport, *evRecorder) {
+	t.Helper()
+	rec := &evRecorder{}
+	opts.OnEvent = rec.add
+	tr, err := NewTransport(&http.Transport{}, opts)
+	require.NoError(t, err)
+	t.Cleanup(tr.CloseIdleConnections)
+	return tr, rec
+}
+
+func getOK(t *testing.T, client *http.Client, url string) {
+	t.Helper()
+	resp, err := client.Get(url)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, "ok", string(body))
+}
+
+// A lone GET whose first attempt hangs, on a handler that never had an
+// answer, is cut at its limit and retried (issue 47, item 1): before, it
+// waited to the total timeout, one attempt.
+func TestAttemptLoneHungIsCutAndRetried(t *testing.T) {
+	srv, hits := hangServer(t, func(n int64, _ *http.Request) bool { return n == 1 })
+	tr, rec := holdTransport(t, Options{
+		AttemptTimeout: 20 * time.Millisecond,
+		TotalTimeout:   10 * time.Second,
+		Retry:          RetryOptions{Delay: time.Millisecond},
+	})
+	getOK(t, &http.Client{Transport: tr}, srv.URL)
+	assert.Equal(t, int64(2), hits.Load())
+	assert.Equal(t, 1, rec.count(EventAttemptTimeout))
+	assert.Zero(t, rec.count(EventAttemptHeld))
+}
+
+// A POST, which is not retried, whose only attempt hangs ends on the
+// attempt timeout, reported as such, not on the total one (item 1).
+func TestAttemptLoneHungPOSTEndsOnAttemptTimeout(t *testing.T) {
+	srv, hits := hangServer(t, func(int64, *http.Request) bool { return true })
+	tr, _ := holdTransport(t, Options{
+		AttemptTimeout: 20 * time.Millisecond,
+		TotalTimeout:   10 * time.Second,
+	})
+	resp, err := (&http.Client{Transport: tr}).Post(srv.URL, "text/plain", strings.NewReader("x"))
+	if resp != nil {
+		resp.Body.Close()
+	}
+	require.ErrorIs(t, err, ErrAttemptTimeout)
+	assert.NotErrorIs(t, err, ErrTotalTimeout)
+	assert.Equal(t, int64(1), hits.Load())
+}
+
+// A sequential caller whose upstream answered fast until one request hangs
+// (a dead pooled connection, a hung backend) has its attempt cut and
+// retried (item 6): fast answers are no evidence of a queue, and nothing
+// else waits with it.
+func TestAttemptHungAfterFastAnswersIsCut(t *testing.T) {
+	srv, hits := hangServer(t, func(n int64, _ *http.Request) bool { return n == 4 })
+	tr, rec := holdTransport(t, Options{
+		AttemptTimeout: 20 * time.Millisecond,
+		TotalTimeout:   10 * time.Second,
+		Retry:          RetryOptions{Delay: time.Millisecond},
+	})
+	client := &http.Client{Transport: tr}
+	for range 4 {
+		getOK(t, client, srv.URL)
+	}
+	assert.Equal(t, int64(5), hits.Load())
+	assert.Equal(t, 1, rec.count(EventAttemptTimeout))
+	assert.Zero(t, rec.count(EventAttemptHeld))
+}
+
+// An upstream that is slow but works, every answer past the attempt
+// timeout, is served, where a strict attempt timeout serves nothing: the
+// first call's cut attempt did not help, so its retry is held; its late
+// answer is the evidence that holds the next call's first attempt.
+func TestAttemptSlowButWorkingIsServed(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		select {
+		case <-time.After(60 * time.Millisecond): // three attempt timeouts
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	tr, rec := holdTransport(t, Options{
+		AttemptTimeout: 20 * time.Millisecond,
+		TotalTimeout:   10 * time.Second,
+		Retry:          RetryOptions{Delay: time.Millisecond},
+	})
+	client := &http.Client{Transport: tr}
+	getOK(t, client, srv.URL)
+	assert.Equal(t, int64(2), hits.Load(), "the first attempt cut, its retry held")
+	assert.Equal(t, 1, rec.count(EventAttemptTimeout))
+	held := rec.of(EventAttemptHeld)
+	require.Len(t, held, 1)
+	assert.Equal(t, 2, held[0].Attempt)
+
+	getOK(t, client, srv.URL)
+	assert.Equal(t, int64(3), hits.Load(), "held at once: the last answer came late")
+	assert.Equal(t, 1, rec.count(EventAttemptTimeout))
+	held = rec.of(EventAttemptHeld)
+	require.Len(t, held, 2)
+	assert.Equal(t, 1, held[1].Attempt)
+}
+
+// With TotalTimeout off, a held attempt still has a bound: holdBound
+// attempt limits (item 4). Before, only the caller's context ended it.
+func TestAttemptHeldHasABoundWithoutTotalTimeout(t *testing.T) {
+	srv, hits := hangServer(t, func(int64, *http.Request) bool { return true })
+	tr, rec := holdTransport(t, Options{
+		AttemptTimeout: 20 * time.Millisecond,
+		TotalTimeout:   -1,
+		Retry:          RetryOptions{Delay: time.Millisecond, MaxRetries: 1},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	require.NoError(t, err)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if resp != nil {
+		resp.Body.Close()
+	}
+	require.ErrorIs(t, err, ErrAttemptTimeout)
+	require.NoError(t, ctx.Err(), "ended by the bound, not by the caller")
+	assert.Equal(t, int64(2), hits.Load())
+	held := rec.of(EventAttemptHeld)
+	require.Len(t, held, 1, "the retry followed a cut that did not help: held, to its bound")
+	assert.Equal(t, 2, held[0].Attempt)
+	assert.Equal(t, 2, rec.count(EventAttemptTimeout))
+}
+
+// A black hole from the start, met by many calls at once: no attempt has
+// ever been answered, so none is held on the others' company, each first
+// attempt is cut, and the circuit learns of it and opens (item 3).
+func TestAttemptBlackHoleFromTheStartOpensTheCircuit(t *testing.T) {
+	srv, _ := hangServer(t, func(int64, *http.Request) bool { return true })
+	tr, rec := holdTransport(t, Options{
+		AttemptTimeout: 20 * time.Millisecond,
+		TotalTimeout:   10 * time.Second,
+		Retry:          RetryOptions{Disabled: true},
+		CircuitBreaker: CircuitBreakerOptions{MinimumThroughput: 10, SamplingDuration: time.Minute},
+	})
+	client := &http.Client{Transport: tr}
+	errs := make(chan error, 10)
+	for range 10 {
+		go func() {
+			resp, err := client.Get(srv.URL)
+			if resp != nil {
+				resp.Body.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range 10 {
+		require.ErrorIs(t, <-errs, ErrAttemptTimeout)
+	}
+	assert.Zero(t, rec.count(EventAttemptHeld))
+	assert.Equal(t, 10, rec.count(EventAttemptTimeout))
+	resp, err := client.Get(srv.URL)
+	if resp != nil {
+		resp.Body.Close()
+	}
+	require.ErrorIs(t, err, ErrCircuitOpen)
+}
+
+// Hedges are cut at their limit too, when nothing says they are queued,
+// and each cut sends the next hedge at once (item 5).
+func TestAttemptHedgesCutAtTheirLimit(t *testing.T) {
+	srv, hits := hangServer(t, func(int64, *http.Request) bool { return true })
+	tr, _ := holdTransport(t, Options{
+		AttemptTimeout: 20 * time.Millisecond,
+		TotalTimeout:   10 * time.Second,
+		Hedging:        HedgingOptions{Enabled: true, Delay: 5 * time.Second, MaxHedges: 2},
+	})
+	resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
+	if resp != nil {
+		resp.Body.Close()
+	}
+	require.ErrorIs(t, err, ErrAttemptTimeout)
+	assert.NotErrorIs(t, err, ErrTotalTimeout)
+	assert.Equal(t, int64(3), hits.Load())
+}
+
+// With Endpoints, an endpoint that accepts and never answers is passed
+// for the next: its attempt is cut, not held (item 2).
+func TestAttemptHungEndpointFailsOver(t *testing.T) {
+	hung, _ := hangServer(t, func(int64, *http.Request) bool { return true })
+	healthy, hits := hangServer(t, func(int64, *http.Request) bool { return false })
+	tr, rec := holdTransport(t, Options{
+		AttemptTimeout: 20 * time.Millisecond,
+		TotalTimeout:   10 * time.Second,
+		Retry:          RetryOptions{Delay: time.Millisecond},
+		Endpoints:      []Endpoint{{URL: hung.URL}, {URL: healthy.URL}},
+	})
+	client := &http.Client{Transport: tr}
+	for range 3 {
+		getOK(t, client, "http://upstream.invalid/")
+	}
+	assert.Equal(t, int64(3), hits.Load())
+	assert.Equal(t, 3, rec.count(EventAttemptTimeout))
+	assert.Zero(t, rec.count(EventAttemptHeld))
+}
+
+// A held attempt that its caller gives up on counts for the circuit as
+// one held to the total timeout does: a failure of the upstream's, not a
+// call dropped. Before, it counted for nothing.
+func TestAttemptHeldThenAbandonedCountsAsTimeout(t *testing.T) {
+	srv, _ := hangServer(t, func(_ int64, r *http.Request) bool { return r.URL.Path != "/warm" })
+	tr, rec := holdTransport(t, Options{
+		AttemptTimeout: 20 * time.Millisecond,
+		TotalTimeout:   10 * time.Second,
+		Retry:          RetryOptions{Disabled: true},
+		CircuitBreaker: CircuitBreakerOptions{MinimumThroughput: 2, FailureRatio: 0.5, SamplingDuration: time.Minute},
+	})
+	holds := make(chan struct{}, 2)
+	tr.h.onHold = func() { holds <- struct{}{} }
+	client := &http.Client{Transport: tr}
+	getOK(t, client, srv.URL+"/warm")
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, 2)
+	for range 2 { // two wait together at an upstream that answered: held
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+			resp, err := client.Do(req)
+			if resp != nil {
+				resp.Body.Close()
+			}
+			errs <- err
+		}()
+	}
+	<-holds
+	<-holds
+	cancel()
+	for range 2 {
+		require.ErrorIs(t, <-errs, context.Canceled)
+	}
+	assert.Equal(t, 1, rec.count(EventCircuitOpened), "the two held attempts count as failures")
+}
