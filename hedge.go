@@ -143,8 +143,7 @@ func (r *race) launch(delay time.Duration, claimed bool) error {
 	}
 	var refused error
 	if r.rt != nil {
-		h.ep, h.s, h.probe, refused = c.admitRouted(r.rt)
-		h.idx, h.admitted = r.rt.last, true
+		refused = c.admitRouted(r.rt, &h.attempt)
 	}
 	if refused == nil {
 		var err error
@@ -258,10 +257,10 @@ func (r *race) run() (*http.Response, error) {
 			}
 			o := &h.out
 			if o.kind == outcomeFault || o.kind == outcomeAnswer {
+				r.settle(true, errLostRace)
 				if r.rt != nil {
 					r.rt.last = h.idx // the endpoint whose answer the caller gets
 				}
-				r.settle(true, errLostRace)
 				if o.kind == outcomeFault {
 					return nil, c.faulted(o.err) // the request's own failure
 				}
@@ -288,7 +287,9 @@ func (r *race) run() (*http.Response, error) {
 				}
 			case outcomeFailure:
 				if r.rt != nil {
-					r.rt.ended(h.idx, o.err) // an endpoint's own failure drops it from the call
+					// the latest sent; an endpoint's own failure drops it from the call
+					r.rt.last = h.idx
+					r.rt.ended(h.idx, o.err)
 				}
 				if r.last != nil {
 					l := r.last
@@ -322,8 +323,7 @@ func (r *race) run() (*http.Response, error) {
 			if r.running == 0 && r.last != nil {
 				// Every attempt failed: the call ends on a failure the retry
 				// layer retries (Report.Outcome).
-				c.retryable = true
-				return c.result(r.last.out.resp, r.last.out.err)
+				return r.lastFailure()
 			}
 		case <-tick:
 			now := time.Now()
@@ -345,8 +345,7 @@ func (r *race) run() (*http.Response, error) {
 				}
 			}
 			if r.running == 0 && r.last != nil {
-				c.retryable = true // no hedge went: the call ends on a failure, as above
-				return c.result(r.last.out.resp, r.last.out.err)
+				return r.lastFailure() // no hedge went: the call ends on a failure, as above
 			}
 		case <-r.ctx.Done():
 			r.settle(false, context.Cause(r.ctx)) // the total timeout, or the caller's cause
@@ -356,6 +355,17 @@ func (r *race) run() (*http.Response, error) {
 			return nil, c.errorf(nil, c.req.Context().Err(), "")
 		}
 	}
+}
+
+// lastFailure ends the race on its latest failure, every attempt having
+// ended: the call's answer is that failure, from its endpoint, whatever
+// was launched after it and never sent.
+func (r *race) lastFailure() (*http.Response, error) {
+	if r.rt != nil {
+		r.rt.last = r.last.idx
+	}
+	r.c.retryable = true
+	return r.c.result(r.last.out.resp, r.last.out.err)
 }
 
 // settle ends the race: the attempts that lost, and the kept failure, are
@@ -384,6 +394,9 @@ func (r *race) settle(grace bool, why error) {
 			c.attempts--
 			h.cancel(errHedgeLost) // not waited for: it stops waiting for its slot
 			continue
+		}
+		if r.rt != nil {
+			r.rt.last = h.idx // the latest sent, unless the call has an answer (run)
 		}
 		if grace {
 			h.stop()
