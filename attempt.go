@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/resilienthttp/resilience/internal/budget"
@@ -23,7 +22,7 @@ import (
 // goroutine acts on it.
 type attempt struct {
 	c     *call
-	n     int           // 1 for the call's first
+	n     int           // its number, from 1, in the order the call's attempts are sent (a hedge's: sends.commit)
 	delay time.Duration // waited before it, as EventAttempt says
 	s     *hostState    // whose circuit and overload limiter it goes through
 	ep    *endpoint     // with Endpoints, where it goes; nil otherwise
@@ -52,10 +51,11 @@ type attempt struct {
 	dl     *deadlines     // its deadlines: the call's, or a hedge's own
 	rec    *attemptEvents // nil: its events are emitted as they come (the call's goroutine)
 
-	// sent is when it was sent (UnixNano), set by send just before; for a
-	// hedge, the race ending while it is still queued sets it to notSent
-	// first if it can: it is then never sent.
-	sent *atomic.Int64
+	// race, for a hedge, numbers it as it is sent (sends.commit), and
+	// sentAt is then when (UnixNano); the race ending while it is still
+	// queued stops it first if it can: it is then never sent.
+	race   *sends
+	sentAt int64
 }
 
 // What an attempt came to.
@@ -127,7 +127,11 @@ func (a *attempt) send(now time.Time) outcome {
 			return outcome{err: err, kind: outcomeFault}
 		}
 	}
-	if a.sent != nil && !a.sent.CompareAndSwap(0, now.UnixNano()) { // the race ended while it queued: never sent
+	// Until a hedge is sent, its n is provisional: 1 for the call's first
+	// attempt alone. Sent, it is numbered in the order sent, which may put
+	// a hedge before the first attempt.
+	retry := a.n > 1
+	if a.race != nil && !a.race.commit(a, now) { // the race ended while it queued: never sent
 		a.unsent()
 		slot.Release(overload.Dropped)
 		a.s.circuit.ReleaseProbe(a.probe)
@@ -143,7 +147,7 @@ func (a *attempt) send(now time.Time) outcome {
 		a.ep.retarget(r)
 	}
 	a.dl.start(cancel, a.afterCut, c.attemptLimit, now)
-	sentAt := c.sendingAttempt(a.n)
+	sentAt := c.sendingAttempt(retry)
 	c.s.waiting.Add(1)
 	resp, err := c.base.RoundTrip(r)
 	c.s.waiting.Add(-1)
@@ -249,9 +253,6 @@ func (a *attempt) settle() {
 		a.rb.Release()
 	}
 }
-
-// notSent marks a hedge that its race gave up before it was sent.
-const notSent = -1
 
 // cancelable reports whether the call's sequential attempts need a context
 // of their own, which its timer cancels: for a deadline, or to bound the

@@ -27,7 +27,7 @@ type route struct {
 	sent    uint32 // the endpoints attempts of the call ended on (ended)
 	paused  uint32 // the endpoints a hedge waits for (hedgePauses): passed over while another is open
 	next    int    // RouteOrdered: the index of the next attempt's endpoint
-	last    int    // the endpoint of the latest attempt sent
+	last    int    // the endpoint of the latest attempt sent, or of the answer the call ends on
 	drawn   int    // 1 + the endpoint ahead drew for the next pick; 0 for none
 	held    [maxEndpoints]*hostState
 }
@@ -186,14 +186,16 @@ func (rt *route) release(h *Handler) {
 	}
 }
 
-// admitRouted picks the endpoint of the next attempt and takes its
-// circuit's permit, passing over at once every endpoint whose circuit
-// refuses (each refusal is an EventCircuitRejected naming the endpoint).
-// It returns the endpoint, its state and the probe number as
-// hostState.admit does, or, when every endpoint refused, the last reason.
-func (c *call) admitRouted(rt *route) (ep *endpoint, s *hostState, probe uint64, refused error) {
+// admitRouted picks the endpoint of attempt a and takes its circuit's
+// permit, passing over at once every endpoint whose circuit refuses (each
+// refusal is an EventCircuitRejected naming the endpoint). It sets a's
+// endpoint, its index, its state and the probe number as the circuit's
+// Admit returns it, or returns the last reason when every endpoint
+// refused. The route's last endpoint is not a's until a is sent: an
+// attempt admitted may still be shed, and never answer.
+func (c *call) admitRouted(rt *route, a *attempt) (refused error) {
 	if c.h.isolated.Load() {
-		return nil, nil, 0, ErrIsolated
+		return ErrIsolated
 	}
 	refused = errEndpointsDropped // unless a circuit refuses: the callers ask left() first
 	for range rt.r.eps {
@@ -201,17 +203,18 @@ func (c *call) admitRouted(rt *route) (ep *endpoint, s *hostState, probe uint64,
 		if i < 0 {
 			break
 		}
-		s = rt.state(c.h, i)
+		s := rt.state(c.h, i)
+		var probe uint64
 		probe, refused = s.circuit.Admit()
 		if refused == nil {
-			rt.last = i
-			return &rt.r.eps[i], s, probe, nil
+			a.ep, a.idx, a.s, a.probe, a.admitted = &rt.r.eps[i], i, s, probe, true
+			return nil
 		}
 		e := Event{Kind: EventCircuitRejected, Attempt: int(c.attempts) + 1, Err: refused}
 		rt.r.eps[i].label(&e)
 		c.emit(e)
 	}
-	return nil, nil, 0, refused
+	return refused
 }
 
 // errEndpointsDropped is why no endpoint is left for an attempt when every

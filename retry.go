@@ -182,16 +182,17 @@ func (l *retryLoop) send(a *attempt, now time.Time, rt *route) (outcome, error) 
 			a.settle()
 			return outcome{}, c.rejected(ErrIsolated)
 		}
-		var err error
-		if a.ep, a.s, a.probe, err = c.admitRouted(rt); err != nil {
+		if err := c.admitRouted(rt, a); err != nil {
 			a.settle()
 			return outcome{}, c.errorf(ErrCircuitOpen, err, "on every endpoint")
 		}
-		a.idx, a.admitted = rt.last, true
 	}
 	o := a.send(now)
 	if o.sent {
 		c.attempts++
+		if rt != nil {
+			rt.last = a.idx // not before: a retry shed unsent leaves the call on the answer before it (Report.Endpoint)
+		}
 	}
 	switch o.kind {
 	case outcomeAnswer, outcomeFailure:
