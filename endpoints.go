@@ -102,12 +102,13 @@ func (rt *route) draw(h *Handler) int {
 // its endpoint that no retry against that endpoint can mend, but that says
 // nothing of the other endpoints: its TLS (a certificate the client does
 // not trust or that names another host, a handshake the server refused, a
-// server that answers in plain HTTP). Such a failure is not transient
-// (IsTransient), yet another endpoint is another server: the call moves on
-// to it, and the failure counts against the endpoint's own circuit.
-// Classified by the errors' types, never their text.
+// server that answers in plain HTTP), or its host name, which does not
+// exist. Such a failure is not transient (IsTransient), yet another
+// endpoint is another server: the call moves on to it, and the failure
+// counts against the endpoint's own circuit. Classified by the errors'
+// types, never their text.
 func endpointFault(err error) bool {
-	return err != nil && isTLSFailure(err)
+	return err != nil && (isTLSFailure(err) || isNameNotFound(err))
 }
 
 // connectionFailure reports whether err, the error of an attempt that got

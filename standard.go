@@ -48,6 +48,7 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 	}
 	queued, err := c.admit()
 	if err != nil {
+		err = c.callerFirst(err)
 		c.closeBody()
 		if c.heard() {
 			c.ended(now, nil, err)
@@ -66,6 +67,7 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 		l := retryLoop{c: c}
 		resp, err = l.run(first)
 	}
+	err = c.callerFirst(err)
 	c.closeBody()
 	if c.heard() {
 		c.ended(now, resp, err)
