@@ -72,12 +72,14 @@ func BenchmarkAttemptTimeout(b *testing.B) {
 			}
 			tables = append(tables, r.table(c))
 		})
+		if len(tables) > 0 && strings.Contains(tables[len(tables)-1], "`case="+c.name+"`") {
+			fmt.Print("\n" + tables[len(tables)-1] + "\n")
+		}
 	}
 	if len(tables) == 0 {
 		return
 	}
 	body := strings.Join(tables, "\n")
-	b.Log("\n" + body)
 	if name := os.Getenv("ATTEMPT_OUT"); name != "" {
 		header := atHeader(time.Since(start), loadBefore, ovlLoadAvg())
 		if err := os.WriteFile(filepath.Join("results", name+".md"), []byte(header+body), 0o644); err != nil {
@@ -548,7 +550,7 @@ func atFailover(tb testing.TB, client string, calls func(c *http.Client, url str
 	r.notes = append(r.notes, fmt.Sprintf("requests A %d, B %d", a.requests.Load(), bsrv.requests.Load()))
 	if r.ev != nil {
 		r.ev.mu.Lock()
-		openedA, openedB := r.ev.openedOn[a.URL], r.ev.openedOn[bsrv.URL]
+		openedA, openedB := r.ev.openedOn[a.Listener.Addr().String()], r.ev.openedOn[bsrv.Listener.Addr().String()]
 		r.ev.mu.Unlock()
 		r.notes = append(r.notes, fmt.Sprintf("A's circuit opened %d×, B's %d×", openedA, openedB))
 	}
@@ -675,8 +677,8 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func (res atCaseResult) table(c atCase) string {
 	var s strings.Builder
 	fmt.Fprintf(&s, "### %s (`case=%s`)\n\n%s\n\n", c.title, c.name, c.what)
-	s.WriteString("| client | calls | served % | p50 ms | p99 ms | max ms | attempts/call | outcomes | circuit opened | held | notes |\n")
-	s.WriteString("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|\n")
+	s.WriteString("| client | calls | served % | p50 ms | p99 ms | max ms | attempts/call | outcomes | circuit opened | held | budget refused | notes |\n")
+	s.WriteString("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|\n")
 	var errs []string
 	for _, r := range res.rows {
 		var outs []string
@@ -686,14 +688,15 @@ func (res atCaseResult) table(c atCase) string {
 				errs = append(errs, fmt.Sprintf("%s, %s: `%s`", r.client, o.class, atTrim(o.err, 160)))
 			}
 		}
-		opened, held := "–", "–"
+		opened, held, refused := "–", "–", "–"
 		if r.ev != nil {
 			opened = strconv.Itoa(r.ev.opened)
 			held = strconv.Itoa(r.ev.count(resilience.EventAttemptHeld))
+			refused = strconv.Itoa(r.ev.count(resilience.EventBudgetExceeded))
 		}
-		fmt.Fprintf(&s, "| %s | %d | %.1f | %.1f | %.1f | %.1f | %.2f | %s | %s | %s | %s |\n", r.client, len(r.calls), r.served(),
+		fmt.Fprintf(&s, "| %s | %d | %.1f | %.1f | %.1f | %.1f | %.2f | %s | %s | %s | %s | %s |\n", r.client, len(r.calls), r.served(),
 			ms(r.quantile(0.5)), ms(r.quantile(0.99)), ms(r.quantile(1)), r.attemptsPerCall(), strings.Join(outs, ", "),
-			opened, held, strings.Join(r.notes, "; "))
+			opened, held, refused, strings.Join(r.notes, "; "))
 	}
 	if len(errs) > 0 {
 		s.WriteString("\nErrors (the first of each class):\n\n")
@@ -742,6 +745,7 @@ func atHeader(wall time.Duration, loadBefore, loadAfter string) string {
 		"the handler's errors (attempt_timeout, total_timeout, circuit_open, overloaded, budget_exhausted, rate_limited), " +
 		"caller_deadline (the caller's context ended), client_timeout (bare's Timeout), else the error's ErrorType or transport_error. " +
 		"**circuit opened**: EventCircuitOpened. **held**: EventAttemptHeld (an attempt waited past AttemptTimeout). " +
+		"**budget refused**: EventBudgetExceeded (a retry or hedge the retry budget refused; the call then ends on its last attempt's outcome). " +
 		"**Goroutines**: the process's, before each case and once everything in it stopped (2 s at most to settle).\n\n")
 	return s.String()
 }
@@ -951,8 +955,8 @@ type atEvents struct {
 	mu        sync.Mutex
 	start     time.Time // begin's time, for firstOpen
 	opened    int
-	firstOpen time.Duration // since start; -1 before the first opening
-	openedOn  map[string]int
+	firstOpen time.Duration  // since start; -1 before the first opening
+	openedOn  map[string]int // by Event.Host
 	kinds     map[resilience.EventKind]int
 }
 
@@ -976,8 +980,8 @@ func (e *atEvents) note(ev resilience.Event) {
 	e.kinds[ev.Kind]++
 	if ev.Kind == resilience.EventCircuitOpened {
 		e.opened++
-		if ev.Endpoint != "" {
-			e.openedOn[ev.Endpoint]++
+		if ev.Host != "" { // with Endpoints or PerHost: the endpoint's authority
+			e.openedOn[ev.Host]++
 		}
 		if e.firstOpen < 0 {
 			e.firstOpen = time.Since(e.start)
