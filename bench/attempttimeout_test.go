@@ -550,7 +550,7 @@ func atFailover(tb testing.TB, client string, calls func(c *http.Client, url str
 	r.notes = append(r.notes, fmt.Sprintf("requests A %d, B %d", a.requests.Load(), bsrv.requests.Load()))
 	if r.ev != nil {
 		r.ev.mu.Lock()
-		openedA, openedB := r.ev.openedOn[a.Listener.Addr().String()], r.ev.openedOn[bsrv.Listener.Addr().String()]
+		openedA, openedB := r.ev.openedOn[a.URL], r.ev.openedOn[bsrv.URL]
 		r.ev.mu.Unlock()
 		r.notes = append(r.notes, fmt.Sprintf("A's circuit opened %d×, B's %d×", openedA, openedB))
 	}
@@ -956,7 +956,7 @@ type atEvents struct {
 	start     time.Time // begin's time, for firstOpen
 	opened    int
 	firstOpen time.Duration  // since start; -1 before the first opening
-	openedOn  map[string]int // by Event.Host
+	openedOn  map[string]int // by Event.Host, scheme://host:port
 	kinds     map[resilience.EventKind]int
 }
 
