@@ -9,8 +9,8 @@ import (
 )
 
 // Routing across endpoints: where each attempt of a call goes when
-// Endpoints is set. The retry loop (standard.go) and the hedging
-// loop (hedge.go) both ask the call's route for the next attempt's
+// Endpoints is set. The retry loop (retry.go) and the hedging
+// race (hedge.go) both ask the call's route for the next attempt's
 // endpoint; each endpoint is an authority of the handler's host table, so
 // it has a circuit breaker of its own, and an endpoint whose circuit
 // refuses is passed over at once for the next.
@@ -19,7 +19,8 @@ import (
 // goroutine that runs the call's loop touches it. It lives in that loop
 // (run or hedge), not in the call, so that a call without endpoints pays
 // nothing for it, not even a field: the call struct sits just under a size
-// class boundary (320 bytes).
+// class boundary (640 bytes, held by callsize_test.go's
+// TestCallFitsItsSizeClass).
 type route struct {
 	r       *router
 	tried   uint32 // the endpoints the call has sent to or found refusing, by index

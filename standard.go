@@ -8,7 +8,8 @@ import (
 
 // The standard stack, outermost first: admission (concurrency and rate,
 // admission.go), total deadline, retry (retry.go; or hedging, hedge.go),
-// circuit breaker (internal/breaker), overload limit and one attempt (attempt.go),
+// circuit breaker (internal/breaker), overload limit (internal/overload;
+// the slot is admission.go's takeSlot) and one attempt (attempt.go),
 // attempt deadline (both deadlines in deadline.go). One call is one *call
 // (call.go); its response body, when returned, is the call itself
 // (body.go), so that the permit and the timer are released when the
