@@ -117,14 +117,16 @@ func TestAttemptHungAfterFastAnswersIsCut(t *testing.T) {
 
 // An upstream that is slow but works, every answer past the attempt
 // timeout, is served, where a strict attempt timeout serves nothing: the
-// first call's cut attempt did not help, so its retry is held; its late
-// answer is the evidence that holds the next call's first attempt.
+// first call's cuts did not help, so its last attempt is held (the
+// upstream has never answered: the others are cut, as a black hole's
+// must be); its late answer is the evidence that holds the next call's
+// first attempt.
 func TestAttemptSlowButWorkingIsServed(t *testing.T) {
 	var hits atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
 		select {
-		case <-time.After(60 * time.Millisecond): // three attempt timeouts
+		case <-time.After(40 * time.Millisecond): // two attempt timeouts
 		case <-r.Context().Done():
 			return
 		}
@@ -138,15 +140,15 @@ func TestAttemptSlowButWorkingIsServed(t *testing.T) {
 	})
 	client := &http.Client{Transport: tr}
 	getOK(t, client, srv.URL)
-	assert.Equal(t, int64(2), hits.Load(), "the first attempt cut, its retry held")
-	assert.Equal(t, 1, rec.count(EventAttemptTimeout))
+	assert.Equal(t, int64(4), hits.Load(), "three attempts cut, the last held")
+	assert.Equal(t, 3, rec.count(EventAttemptTimeout))
 	held := rec.of(EventAttemptHeld)
 	require.Len(t, held, 1)
-	assert.Equal(t, 2, held[0].Attempt)
+	assert.Equal(t, 4, held[0].Attempt)
 
 	getOK(t, client, srv.URL)
-	assert.Equal(t, int64(3), hits.Load(), "held at once: the last answer came late")
-	assert.Equal(t, 1, rec.count(EventAttemptTimeout))
+	assert.Equal(t, int64(5), hits.Load(), "held at once: the last answer came late")
+	assert.Equal(t, 3, rec.count(EventAttemptTimeout))
 	held = rec.of(EventAttemptHeld)
 	require.Len(t, held, 2)
 	assert.Equal(t, 1, held[1].Attempt)

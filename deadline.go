@@ -233,9 +233,10 @@ func holdStep(limit time.Duration) time.Duration {
 }
 
 // holdBound is how many attempt limits a held attempt may wait past its
-// send when the call has no total deadline: the standard handler's ratio of
-// TotalTimeout to AttemptTimeout (30 s to 10 s). A held attempt is a bet
-// that it is queued; without a total deadline the bet still has an end.
+// send when the call has no total deadline, or its upstream has never
+// answered: the standard handler's ratio of TotalTimeout to AttemptTimeout
+// (30 s to 10 s). A held attempt is a bet that it is queued; without a
+// total deadline, or any answer yet, the bet still has an end.
 const holdBound = 3
 
 // lateWindow is how many attempt limits before an attempt's send a late
@@ -247,9 +248,11 @@ const lateWindow = 8
 // has it queued, made only on evidence. An attempt that nothing sent after
 // it has overtaken (overtaken) is held when
 //   - it is held already, and its bound has not passed;
-//   - it follows one of the call's cut at its limit: the cut did not help,
-//     and its upstream is slow to every attempt, not stuck on one (a
-//     sequential caller learns so that the upstream answers slowly);
+//   - it follows one of the call's cut at its limit (afterCut): the cut
+//     did not help, and its upstream is slow to every attempt, not stuck
+//     on one (a sequential caller learns so that the upstream answers
+//     slowly). Of an upstream that never answered, only the call's last
+//     attempt is held so, and for holdBound limits at most;
 //   - the upstream's latest answer came late, past its attempt's limit
 //     (queueing);
 //   - or others of its attempts wait with it, and it has answered before:
@@ -265,8 +268,8 @@ func (d *deadlines) holds(now time.Duration) bool {
 	if c.h.overtaken(d.sent + holdStep(limit)) {
 		return false
 	}
-	if d.totalAt.IsZero() && now-d.sent >= holdBound*limit {
-		return false
+	if (d.totalAt.IsZero() || c.s.servedSent.Load() == 0) && now-d.sent >= holdBound*limit {
+		return false // the bound of a hold without a total deadline, or on an upstream that never answered
 	}
 	return d.held || d.afterCut || c.s.queueing(d.sent, limit) || c.s.waitsWithOthers()
 }
