@@ -31,7 +31,7 @@ type attempt struct {
 
 	admitted bool // the route took the circuit's permit (admitRouted): send does not ask
 	queue    bool // it waits for an overload slot (a first attempt, a retry); a hedge only tries
-	afterCut bool // it follows one of the call's cut at its limit (deadlines.holds)
+	afterCut bool // it is the call's last, and follows one of its attempts cut at its limit (deadlines.holds)
 	first    bool // the retry budget counts it as a first attempt
 	claimed  bool // it holds a token of rb, which its judgement, or its end unjudged, settles
 
@@ -146,11 +146,9 @@ func (a *attempt) send(now time.Time) outcome {
 	if a.ep != nil {
 		a.ep.retarget(r)
 	}
-	a.dl.start(cancel, a.afterCut, c.attemptLimit, now)
+	a.dl.start(cancel, a.afterCut, !a.s.answers.Load(), c.attemptLimit, now)
 	sentAt := c.sendingAttempt(retry)
-	c.s.waiting.Add(1)
 	resp, err := c.base.RoundTrip(r)
-	c.s.waiting.Add(-1)
 	c.attemptAnswered(sentAt, resp)
 	fired, held := a.dl.answered() // the deadline that cut it, if one did
 	if held {
@@ -230,7 +228,7 @@ func (a *attempt) send(now time.Time) outcome {
 		// as served, pushbacks cut 109-113 queued attempts per run at their
 		// limit in the fleet experiment's shedding upstream at N = 10.
 		c.h.answered(a.dl.sent) // start's, on this goroutine
-		c.s.served(a.dl.sent, held)
+		a.s.served()
 	}
 	return outcome{resp: resp, err: err, kind: outcomeAnswer, sent: true}
 }

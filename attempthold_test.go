@@ -95,24 +95,33 @@ func TestAttemptLoneHungPOSTEndsOnAttemptTimeout(t *testing.T) {
 	assert.Equal(t, int64(1), hits.Load())
 }
 
-// A sequential caller whose upstream answered fast until one request hangs
-// (a dead pooled connection, a hung backend) has its attempt cut and
-// retried (item 6): fast answers are no evidence of a queue, and nothing
-// else waits with it.
-func TestAttemptHungAfterFastAnswersIsCut(t *testing.T) {
+// A lone attempt at an upstream that has answered, which nothing
+// overtakes, is held: a sequential caller's hung request looks the same as
+// a fleet replica's attempt queued in a stall, and a fleet whose replicas
+// cut such attempts collapsed where bare clients did not (deadlines.holds).
+// It is held to the total timeout, as a bare client's would wait.
+func TestAttemptAloneAtAnUpstreamThatAnswersIsHeld(t *testing.T) {
 	srv, hits := hangServer(t, func(n int64, _ *http.Request) bool { return n == 4 })
 	tr, rec := holdTransport(t, Options{
 		AttemptTimeout: 20 * time.Millisecond,
-		TotalTimeout:   10 * time.Second,
+		TotalTimeout:   200 * time.Millisecond,
 		Retry:          RetryOptions{Delay: time.Millisecond},
 	})
 	client := &http.Client{Transport: tr}
-	for range 4 {
+	for range 3 {
 		getOK(t, client, srv.URL)
 	}
-	assert.Equal(t, int64(5), hits.Load())
-	assert.Equal(t, 1, rec.count(EventAttemptTimeout))
-	assert.Zero(t, rec.count(EventAttemptHeld))
+	resp, err := client.Get(srv.URL)
+	if resp != nil {
+		resp.Body.Close()
+	}
+	require.ErrorIs(t, err, ErrTotalTimeout)
+	assert.Equal(t, int64(4), hits.Load())
+	assert.Zero(t, rec.count(EventAttemptTimeout))
+	held := rec.of(EventAttemptHeld)
+	require.Len(t, held, 1)
+	assert.Equal(t, 1, held[0].Attempt)
+	getOK(t, client, srv.URL) // on a new connection
 }
 
 // An upstream that is slow but works, every answer past the attempt

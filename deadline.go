@@ -34,7 +34,8 @@ type deadlines struct {
 	inBody     bool                    // the current attempt's headers arrived in time
 	delivered  bool                    // the caller holds the body: the total timeout ends the call
 	held       bool                    // the current attempt outlived its limit, queued behind others (fire)
-	afterCut   bool                    // the current attempt follows one of the call's that was cut at its limit
+	afterCut   bool                    // the current attempt is the call's last, and follows one cut at its limit
+	unanswered bool                    // the current attempt's upstream had never answered when it was sent
 }
 
 // A cause is the deadline the timer cancels an attempt for: a byte rather
@@ -156,10 +157,11 @@ func (s *timerSlot) arm(d *deadlines, at, now time.Time) {
 }
 
 // start makes cancel the current attempt's, an attempt sent at now
-// (afterCut: it follows one of the call's that was cut at its limit), and
-// arms the timer for the earlier of the attempt deadline (limit from now;
-// 0 for none) and the total deadline.
-func (d *deadlines) start(cancel context.CancelCauseFunc, afterCut bool, limit time.Duration, now time.Time) {
+// (afterCut: it is the call's last and follows one cut at its limit;
+// unanswered: its upstream has never answered), and arms the timer for the
+// earlier of the attempt deadline (limit from now; 0 for none) and the
+// total deadline.
+func (d *deadlines) start(cancel context.CancelCauseFunc, afterCut, unanswered bool, limit time.Duration, now time.Time) {
 	at, why := d.totalAt, totalCause
 	if limit > 0 {
 		if a := now.Add(limit); at.IsZero() || a.Before(at) {
@@ -170,7 +172,7 @@ func (d *deadlines) start(cancel context.CancelCauseFunc, afterCut bool, limit t
 	prev := d.cancel
 	d.cancel, d.fired, d.inBody = cancel, noCause, false
 	d.sent, d.held = now.Sub(d.owner.h.epoch), false
-	d.afterCut = afterCut
+	d.afterCut, d.unanswered = afterCut, unanswered
 	d.armLocked(at, why, now)
 	d.mu.Unlock()
 	if prev != nil {
@@ -233,45 +235,46 @@ func holdStep(limit time.Duration) time.Duration {
 }
 
 // holdBound is how many attempt limits a held attempt may wait past its
-// send when the call has no total deadline, or its upstream has never
+// send when the call has no total deadline, or its upstream had never
 // answered: the standard handler's ratio of TotalTimeout to AttemptTimeout
 // (30 s to 10 s). A held attempt is a bet that it is queued; without a
 // total deadline, or any answer yet, the bet still has an end.
 const holdBound = 3
 
-// lateWindow is how many attempt limits before an attempt's send a late
-// answer still counts as evidence that its upstream queues (queueing).
-const lateWindow = 8
-
 // holds reports whether the current attempt, at its limit at now (since
 // the handler's epoch), is held rather than cut: a bet that the upstream
-// has it queued, made only on evidence. An attempt that nothing sent after
-// it has overtaken (overtaken) is held when
-//   - it is held already, and its bound has not passed;
-//   - it follows one of the call's cut at its limit (afterCut): the cut
-//     did not help, and its upstream is slow to every attempt, not stuck
-//     on one (a sequential caller learns so that the upstream answers
-//     slowly). Of an upstream that never answered, only the call's last
-//     attempt is held so, and for holdBound limits at most;
-//   - the upstream's latest answer came late, past its attempt's limit
-//     (queueing);
-//   - or others of its attempts wait with it, and it has answered before:
-//     a queue, or a stall, that every attempt waits in alike.
+// has it queued. It is cut, as Polly cuts every attempt, where it is
+// known to be stuck or cannot be queued:
+//   - the upstream has served an attempt of the handler sent a step or
+//     more after it (overtaken): it is stuck, not queued (a lost
+//     connection, a hung request, an endpoint its siblings answer past);
+//   - its upstream has never answered (a black hole, a hung endpoint, a
+//     new handler's first hung request): there is no queue it is known to
+//     wait in, and the circuit must hear of it at the attempt timeout.
+//     Only a call's last attempt that follows a cut is held then, when
+//     the cuts did not help: a slow upstream that works gets its chance
+//     to answer;
+//   - its hold has lasted holdBound limits, without a total deadline or at
+//     an upstream that never answered.
 //
-// Without such evidence it is cut, as Polly cuts every attempt: a lone hung
-// request, a dead connection, an upstream that never answered (a black
-// hole, which its circuit must learn of), an endpoint others overtake. d.mu
-// must be held.
+// Otherwise it is held, up to the total deadline: at an upstream that
+// answers, an attempt that nothing has overtaken is queued or the upstream
+// stalls, and cut short it would still be served, to nobody. A lone
+// attempt is held too (a sequential caller's; a replica's among N, which
+// sends as few): which of the two it is, nothing the handler sees can
+// tell, and a fleet that cut served 6-61 % of a slowed upstream's
+// capacity where bare clients served 99 % (bench/README.md). d.mu must be
+// held.
 func (d *deadlines) holds(now time.Duration) bool {
 	c := d.owner
 	limit := c.attemptLimit
 	if c.h.overtaken(d.sent + holdStep(limit)) {
 		return false
 	}
-	if (d.totalAt.IsZero() || c.s.servedSent.Load() == 0) && now-d.sent >= holdBound*limit {
-		return false // the bound of a hold without a total deadline, or on an upstream that never answered
+	if (d.totalAt.IsZero() || d.unanswered) && now-d.sent >= holdBound*limit {
+		return false
 	}
-	return d.held || d.afterCut || c.s.queueing(d.sent, limit) || c.s.waitsWithOthers()
+	return d.held || !d.unanswered || d.afterCut
 }
 
 // fire cancels the current attempt if its deadline has passed, and reports

@@ -28,11 +28,10 @@ type hostState struct {
 	// quota is what the upstream announced of its quota (serverquota.go).
 	quota serverQuota
 
-	// What its answers say of an attempt that waits past its limit: queued
-	// or stuck (deadlines.holds). Send times are since the handler's epoch.
-	servedSent atomic.Int64 // the latest send time of an attempt it served
-	lateSent   atomic.Int64 // the latest send time of one it served past its limit
-	waiting    atomic.Int64 // attempts sent to it whose answer has not come
+	// answers says that it has served an attempt: a response the retry
+	// layer accepts, not a refusal. Until then, no attempt to it is held
+	// past its limit as queued (deadlines.holds).
+	answers atomic.Bool
 }
 
 // policies are a host's limits and the options they were
@@ -137,34 +136,9 @@ func breakerOptionsOf(cfg *config) breaker.Options {
 		SamplingDuration: cb.SamplingDuration, BreakDuration: cb.BreakDuration}
 }
 
-// served notes that the upstream served an attempt sent at sent (since the
-// handler's epoch): a response the retry layer accepts, not a refusal.
-// late says that it came past the attempt's limit, the attempt held.
-// Answers that come at once may leave an earlier send time; the next
-// answer mends it.
-func (s *hostState) served(sent time.Duration, late bool) {
-	if int64(sent) > s.servedSent.Load() {
-		s.servedSent.Store(int64(sent))
+// served notes that the upstream served an attempt.
+func (s *hostState) served() {
+	if !s.answers.Load() {
+		s.answers.Store(true)
 	}
-	if late && int64(sent) > s.lateSent.Load() {
-		s.lateSent.Store(int64(sent))
-	}
-}
-
-// queueing reports whether the upstream's answers say that an attempt
-// sent at sent, still waiting at its limit, is queued: the latest attempt
-// it served waited past its limit, and was sent at most lateWindow limits
-// before this one. A faster answer to an attempt sent since says that the
-// queue is gone.
-func (s *hostState) queueing(sent, limit time.Duration) bool {
-	late := s.lateSent.Load()
-	return late > 0 && late >= s.servedSent.Load() && time.Duration(late) >= sent-lateWindow*limit
-}
-
-// waitsWithOthers reports whether an attempt waiting at its limit waits
-// with others sent to the same upstream, which has served attempts before:
-// a queue, or a stall, that holds them all. A lone attempt (a sequential
-// caller's) shows no such thing, nor does an upstream that never answered.
-func (s *hostState) waitsWithOthers() bool {
-	return s.waiting.Load() > 1 && s.servedSent.Load() > 0
 }

@@ -40,10 +40,10 @@ func (l *retryLoop) run(now time.Time) (*http.Response, error) {
 	var prevErr error
 	unsent := true   // every attempt so far failed before its request left the client
 	claimed := false // attempt n holds a retry budget token
-	// cut: attempt n-1 was cut at its limit, and the cut did not help if
-	// attempt n reaches its own (deadlines.holds). Of an upstream that never
-	// answered, only the last attempt is held so: the others are cut, and
-	// the circuit hears of a black hole at the attempt timeout.
+	// cut: attempt n-1 was cut at its limit. If attempt n is the last and
+	// reaches its own, at an upstream that never answered, the cuts did not
+	// help: it is held (deadlines.holds), and a slow upstream that works
+	// gets its chance to answer.
 	cut := false
 	rb, ctx := c.budget(), c.req.Context()
 	// A request without a body (nil or http.NoBody) sends that as it is: its
@@ -57,7 +57,7 @@ func (l *retryLoop) run(now time.Time) (*http.Response, error) {
 			now = time.Now()
 		}
 		a := attempt{c: c, n: n, delay: waited, s: c.s, queue: true, first: n == 1 || l.firstDelivery,
-			afterCut: cut && (n > cfg.Retry.MaxRetries || c.s.servedSent.Load() > 0), rb: rb, claimed: claimed, ownBody: bodied, body: none, ctx: ctx, dl: &c.deadlines}
+			afterCut: cut && n > cfg.Retry.MaxRetries, rb: rb, claimed: claimed, ownBody: bodied, body: none, ctx: ctx, dl: &c.deadlines}
 		o, err := l.send(&a, now, rt)
 		if err != nil {
 			// A retry the overload limiter shed or the circuit refused was
