@@ -132,12 +132,13 @@ func (c *call) hedgeDelay() time.Duration {
 
 // launch sends the race's next attempt, after delay, on a goroutine of its
 // own; claimed says it holds a retry budget token (a hedge that follows a
-// failure). It fails only when the request's body cannot be had.
-func (r *race) launch(delay time.Duration, claimed bool) error {
+// failure), speculative that it is sent while an attempt still runs. It
+// fails only when the request's body cannot be had.
+func (r *race) launch(delay time.Duration, claimed, speculative bool) error {
 	c := r.c
 	n := len(r.sent) + 1
 	h := &hedge{}
-	h.attempt = attempt{c: c, n: n, delay: delay, s: c.s, queue: n == 1, first: n == 1, claimed: claimed}
+	h.attempt = attempt{c: c, n: n, delay: delay, s: c.s, queue: n == 1, hedge: speculative, first: n == 1, claimed: claimed}
 	if n == 1 || claimed {
 		h.rb = c.budget() // the budget counts the first attempt and the hedges that follow a failure
 	}
@@ -224,7 +225,7 @@ func (r *race) another(delay time.Duration, speculative bool) bool {
 		claimed = true
 	}
 	c.emit(Event{Kind: EventHedge, Attempt: len(r.sent) + 1, Delay: delay})
-	if err := r.launch(delay, claimed); err != nil {
+	if err := r.launch(delay, claimed, speculative); err != nil {
 		if claimed {
 			c.budget().Release()
 		}
@@ -238,7 +239,7 @@ func (r *race) another(delay time.Duration, speculative bool) bool {
 // context.
 func (r *race) run() (*http.Response, error) {
 	c := r.c
-	if err := r.launch(0, false); err != nil {
+	if err := r.launch(0, false, false); err != nil {
 		return nil, c.faulted(err) // its body could not be had
 	}
 	var timer *time.Timer

@@ -241,17 +241,34 @@ func (s *Slot) Held() bool { return s.l != nil }
 // end of its wait.
 func (s *Slot) At() time.Time { return s.at }
 
-// Acquire takes a slot for attempt n of its call. An attempt given a wait
+// A Kind is what an attempt is to its call, as Acquire treats it.
+type Kind uint8
+
+const (
+	First Kind = iota // the call's first attempt
+	Retry             // an attempt after a failure: a retry, or a hedge sent on a handled failure
+	Hedge             // a hedge sent while an earlier attempt of its call still runs
+)
+
+// Acquire takes a slot for an attempt of kind k. An attempt given a wait
 // > 0 waits in the queue up to wait (and, when until is not zero, until
-// then), or until ctx ends; a retry (n > 1) waits only while the limiter is
-// not shedding. Otherwise, or with the queue full, it is refused at once. A
-// refusal returns a non-nil error: ctx's, or a *Refusal. until is read
-// only when the attempt must wait, and a free slot is taken at now, so
-// that it costs no clock read.
-func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Time, n int, now time.Time) (Slot, error) {
+// then), or until ctx ends; a retry waits only while the limiter is not
+// shedding, and is refused at once while the upstream is sluggish
+// (sluggishLocked). Otherwise, or with the queue full, it is refused at
+// once. A refusal returns a non-nil error: ctx's, or a *Refusal. until is
+// read only when the attempt must wait, and a free slot is taken at now,
+// so that it costs no clock read.
+//
+// A hedge is not shed for a sluggish upstream: it is sent because its
+// call's attempt is slow to be answered, and shed for that it would never
+// be sent where it helps (after two slow calls, 5 hedges of 5). What
+// bounds hedges is the caller's (Hedging.MaxExtraLoad, the retry budget
+// for a hedge on a failure) and the limit: given no wait, a hedge only
+// tries for a slot.
+func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Time, k Kind, now time.Time) (Slot, error) {
 	l.mu.Lock()
-	if n > 1 && l.sluggishLocked() && !l.stalledLocked(now) {
-		err := l.refuseLocked(0, n)
+	if k == Retry && l.sluggishLocked() && !l.stalledLocked(now) {
+		err := l.refuseLocked(0, k)
 		err.Latency, err.Usual = l.recentRTT, l.usualRTT
 		l.mu.Unlock()
 		return Slot{}, err
@@ -265,7 +282,7 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 		return l.slot(k, now), nil
 	}
 	start := time.Now()
-	if wait > 0 && n == 1 {
+	if wait > 0 && k == First {
 		silent := l.silentLocked(start)
 		if silent {
 			l.freeEnded = false
@@ -325,8 +342,8 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 	if wait > 0 && !until.IsZero() {
 		wait = min(wait, until.Sub(start)-l.srtt)
 	}
-	if wait <= 0 || len(l.waiters) >= l.opts.MaxQueue || (n > 1 && l.sheddingLocked()) {
-		err := l.refuseLocked(0, n)
+	if wait <= 0 || len(l.waiters) >= l.opts.MaxQueue || (k != First && l.sheddingLocked()) {
+		err := l.refuseLocked(0, k)
 		l.mu.Unlock()
 		return Slot{}, err
 	}
@@ -343,7 +360,7 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 		case <-w.ready:
 			if w.doomed { // written before ready was closed
 				l.mu.Lock()
-				err := l.refuseLocked(time.Since(start), n)
+				err := l.refuseLocked(time.Since(start), k)
 				l.mu.Unlock()
 				return Slot{}, err
 			}
@@ -395,7 +412,7 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 		l.mu.Unlock()
 		return l.slot(k, end), nil
 	}
-	err := l.refuseLocked(time.Since(start), n)
+	err := l.refuseLocked(time.Since(start), k)
 	l.mu.Unlock()
 	return Slot{}, err
 }
@@ -463,10 +480,10 @@ func (l *Limiter) slot(k int, at time.Time) Slot {
 	return Slot{l: l, at: at, k: k}
 }
 
-func (l *Limiter) refuseLocked(waited time.Duration, n int) *Refusal {
+func (l *Limiter) refuseLocked(waited time.Duration, k Kind) *Refusal {
 	l.refused++
 	l.refusedAt = l.now()
-	if n == 1 {
+	if k == First {
 		l.firstAt = l.refusedAt
 	}
 	return &Refusal{Limit: l.limitLocked(), InFlight: l.inflight, Latency: l.srtt, Waited: waited}
