@@ -32,6 +32,7 @@ type attempt struct {
 	admitted bool // the route took the circuit's permit (admitRouted): send does not ask
 	queue    bool // it waits for an overload slot (a first attempt, a retry); a hedge only tries
 	afterCut bool // it is the call's last, and follows one of its attempts cut at its limit (deadlines.holds)
+	hedge    bool // a hedge sent while an earlier attempt runs: never shed for a sluggish upstream (takeSlot)
 	first    bool // the retry budget counts it as a first attempt
 	claimed  bool // it holds a token of rb, which its judgement, or its end unjudged, settles
 

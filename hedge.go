@@ -132,15 +132,16 @@ func (c *call) hedgeDelay() time.Duration {
 
 // launch sends the race's next attempt, after delay, on a goroutine of its
 // own; claimed says it holds a retry budget token (a hedge that follows a
-// failure). It fails only when the request's body cannot be had.
-func (r *race) launch(delay time.Duration, claimed bool) error {
+// failure), speculative that it is sent while an attempt still runs. It
+// fails only when the request's body cannot be had.
+func (r *race) launch(delay time.Duration, claimed, speculative bool) error {
 	c := r.c
 	first := len(r.sent) == 0
 	h := &hedge{}
 	// Its number until it is sent (sends.commit): the next, if the attempts
 	// still running were all sent; 1 for the call's first attempt alone.
 	n := int(c.attempts) + 1
-	h.attempt = attempt{c: c, n: n, delay: delay, s: c.s, queue: first, first: first, claimed: claimed}
+	h.attempt = attempt{c: c, n: n, delay: delay, s: c.s, queue: first, hedge: speculative, first: first, claimed: claimed}
 	if first || claimed {
 		h.rb = c.budget() // the budget counts the first attempt and the hedges that follow a failure
 	}
@@ -226,7 +227,7 @@ func (r *race) another(delay time.Duration, speculative bool) bool {
 		claimed = true
 	}
 	c.emit(Event{Kind: EventHedge, Attempt: int(c.attempts) + 1, Delay: delay})
-	if err := r.launch(delay, claimed); err != nil {
+	if err := r.launch(delay, claimed, speculative); err != nil {
 		if claimed {
 			c.budget().Release()
 		}
@@ -240,7 +241,7 @@ func (r *race) another(delay time.Duration, speculative bool) bool {
 // context.
 func (r *race) run() (*http.Response, error) {
 	c := r.c
-	if err := r.launch(0, false); err != nil {
+	if err := r.launch(0, false, false); err != nil {
 		return nil, c.faulted(err) // its body could not be had
 	}
 	var timer *time.Timer
