@@ -39,7 +39,7 @@ const (
 	EventBudgetExhausted                          // the retry budget began refusing (Err: why)
 	EventBudgetRecovered                          // half its tokens are unclaimed again
 	EventPushback                                 // the upstream said not to retry (PropagationOptions)
-	EventAttemptHeld                              // an attempt waited past AttemptTimeout, its upstream seen queueing it
+	EventAttemptHeld                              // an attempt waited past AttemptTimeout, held as queued (deadlines.holds)
 )
 
 var eventKindNames = [...]string{
