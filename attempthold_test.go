@@ -2,6 +2,7 @@ package resilience
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -295,4 +296,122 @@ func TestAttemptHeldThenAbandonedCountsAsTimeout(t *testing.T) {
 		require.ErrorIs(t, <-errs, context.Canceled)
 	}
 	assert.Equal(t, 1, rec.count(EventCircuitOpened), "the two held attempts count as failures")
+}
+
+// The attempt-timeout cases of the peers' own suites (Polly's timeout and
+// standard pipeline tests, dotnet/extensions' standard handler tests,
+// failsafe-go's timeout tests), ported to the defaults with their times
+// scaled. Each runs on a new handler, as theirs do.
+
+// Polly: every attempt of a retried call times out; the outcome is the
+// last attempt's timeout, reported as a timeout (net.Error, Timeout()
+// true, context.DeadlineExceeded), each attempt cut at its own limit.
+func TestPortedEveryAttemptTimesOutLastWins(t *testing.T) {
+	srv, hits := hangServer(t, func(int64, *http.Request) bool { return true })
+	tr, rec := holdTransport(t, Options{
+		AttemptTimeout: 20 * time.Millisecond,
+		TotalTimeout:   10 * time.Second,
+		Retry:          RetryOptions{Delay: time.Millisecond, MaxRetries: 2},
+	})
+	resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
+	if resp != nil {
+		resp.Body.Close()
+	}
+	require.ErrorIs(t, err, ErrAttemptTimeout)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	var ne interface{ Timeout() bool }
+	require.ErrorAs(t, err, &ne)
+	assert.True(t, ne.Timeout())
+	assert.NotErrorIs(t, err, ErrTotalTimeout)
+	assert.Equal(t, int64(3), hits.Load())
+	assert.Equal(t, 3, rec.count(EventAttemptTimeout), "the first two cut at their limit; the last, after cuts that did not help, at its bound")
+	held := rec.of(EventAttemptHeld)
+	require.Len(t, held, 1)
+	assert.Equal(t, 3, held[0].Attempt)
+}
+
+// dotnet/extensions: the standard handler's attempt timeout fires before
+// its total timeout, and the retry that follows is answered.
+func TestPortedStandardPipelineAttemptTimeoutThenSuccess(t *testing.T) {
+	srv, hits := hangServer(t, func(n int64, _ *http.Request) bool { return n == 1 })
+	tr, _ := holdTransport(t, Options{
+		AttemptTimeout: 20 * time.Millisecond,
+		TotalTimeout:   time.Second,
+		Retry:          RetryOptions{Delay: time.Millisecond},
+	})
+	start := time.Now()
+	getOK(t, &http.Client{Transport: tr}, srv.URL)
+	assert.Less(t, time.Since(start), time.Second, "answered by the retry, not at the total timeout")
+	assert.Equal(t, int64(2), hits.Load())
+}
+
+// Polly's circuit breaker: a half-open probe that hangs is cut at the
+// attempt timeout and counts as a failure: the circuit opens again, and no
+// late answer closes it.
+func TestPortedHalfOpenProbeThatHangsIsCut(t *testing.T) {
+	var failing atomic.Bool
+	failing.Store(true)
+	srv, _ := hangServer(t, func(n int64, _ *http.Request) bool { return !failing.Load() && n > 0 })
+	srv.Config.Handler = func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if failing.Load() {
+				w.WriteHeader(http.StatusInternalServerError)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}(srv.Config.Handler)
+	tr, rec := holdTransport(t, Options{
+		AttemptTimeout: 20 * time.Millisecond,
+		TotalTimeout:   5 * time.Second,
+		Retry:          RetryOptions{Disabled: true},
+		CircuitBreaker: CircuitBreakerOptions{MinimumThroughput: 2, FailureRatio: 0.5, SamplingDuration: time.Minute, BreakDuration: 20 * time.Millisecond},
+	})
+	client := &http.Client{Transport: tr}
+	for range 2 {
+		resp, err := client.Get(srv.URL)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	require.Equal(t, 1, rec.count(EventCircuitOpened))
+	failing.Store(false) // from now on every request hangs
+	require.Eventually(t, func() bool {
+		resp, err := client.Get(srv.URL)
+		if resp != nil {
+			resp.Body.Close()
+		}
+		return errors.Is(err, ErrAttemptTimeout) // the probe went, and was cut
+	}, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return rec.count(EventCircuitOpened) == 2 }, 5*time.Second, time.Millisecond,
+		"the hung probe counts as a failure")
+	assert.Zero(t, rec.count(EventCircuitClosed))
+}
+
+// failsafe-go: a caller that cancels while an attempt waits gets its own
+// cancellation, not a timeout, even with an attempt timeout set.
+func TestPortedCallerCancelWithATimeout(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	srv, _ := hangServer(t, func(int64, *http.Request) bool {
+		arrived <- struct{}{}
+		return true
+	})
+	tr, rec := holdTransport(t, Options{
+		AttemptTimeout: time.Minute,
+		TotalTimeout:   10 * time.Minute,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-arrived
+		cancel()
+	}()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	require.NoError(t, err)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if resp != nil {
+		resp.Body.Close()
+	}
+	require.ErrorIs(t, err, context.Canceled)
+	assert.NotErrorIs(t, err, ErrAttemptTimeout)
+	assert.NotErrorIs(t, err, ErrTotalTimeout)
+	assert.Zero(t, rec.count(EventAttemptTimeout))
 }
