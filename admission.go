@@ -342,9 +342,11 @@ func sameRateOptions(a, b RateLimitOptions) bool {
 // retry while the limiter is not shedding, waits for one (a.queue), at
 // most MaxQueueWait and never past the call's deadline less the recent
 // time to headers (overload.Limiter.Acquire); a hedge only
-// tries. A refusal is reported (EventOverloadShed, to a.rec: record) and
-// returned: an *OverloadError, or the attempt context's error if the
-// caller left while waiting.
+// tries. A retry (a hedge that follows a failure is one) is shed while the
+// upstream is sluggish; a hedge sent while an earlier attempt runs
+// (a.hedge) is not. A refusal is reported (EventOverloadShed, to a.rec:
+// record) and returned: an *OverloadError, or the attempt context's error
+// if the caller left while waiting.
 func (a *attempt) takeSlot(now time.Time) (overload.Slot, error) {
 	c, s, n := a.c, a.s, a.n
 	p := s.policies.Load()
@@ -357,7 +359,14 @@ func (a *attempt) takeSlot(now time.Time) (overload.Slot, error) {
 	if a.queue {
 		wait, until = p.ov.MaxQueueWait, c.deadline()
 	}
-	slot, err := l.Acquire(a.ctx, wait, until, n, now)
+	kind := overload.Retry
+	switch {
+	case n == 1:
+		kind = overload.First
+	case a.hedge:
+		kind = overload.Hedge
+	}
+	slot, err := l.Acquire(a.ctx, wait, until, kind, now)
 	if err == nil && !l.Reported() {
 		return slot, nil // only a refusal starts the overloaded state, and it ends only once started
 	}

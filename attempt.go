@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/resilienthttp/resilience/internal/budget"
@@ -23,7 +22,7 @@ import (
 // goroutine acts on it.
 type attempt struct {
 	c     *call
-	n     int           // 1 for the call's first
+	n     int           // its number, from 1, in the order the call's attempts are sent (a hedge's: sends.commit)
 	delay time.Duration // waited before it, as EventAttempt says
 	s     *hostState    // whose circuit and overload limiter it goes through
 	ep    *endpoint     // with Endpoints, where it goes; nil otherwise
@@ -32,6 +31,8 @@ type attempt struct {
 
 	admitted bool // the route took the circuit's permit (admitRouted): send does not ask
 	queue    bool // it waits for an overload slot (a first attempt, a retry); a hedge only tries
+	afterCut bool // it is the call's last, and follows one of its attempts cut at its limit (deadlines.holds)
+	hedge    bool // a hedge sent while an earlier attempt runs: never shed for a sluggish upstream (takeSlot)
 	first    bool // the retry budget counts it as a first attempt
 	claimed  bool // it holds a token of rb, which its judgement, or its end unjudged, settles
 
@@ -51,10 +52,11 @@ type attempt struct {
 	dl     *deadlines     // its deadlines: the call's, or a hedge's own
 	rec    *attemptEvents // nil: its events are emitted as they come (the call's goroutine)
 
-	// sent is when it was sent (UnixNano), set by send just before; for a
-	// hedge, the race ending while it is still queued sets it to notSent
-	// first if it can: it is then never sent.
-	sent *atomic.Int64
+	// race, for a hedge, numbers it as it is sent (sends.commit), and
+	// sentAt is then when (UnixNano); the race ending while it is still
+	// queued stops it first if it can: it is then never sent.
+	race   *sends
+	sentAt int64
 }
 
 // What an attempt came to.
@@ -77,6 +79,7 @@ type outcome struct {
 	err  error // for outcomeRejected, why the circuit is open; for outcomeShed, the limiter's refusal
 	kind outcomeKind
 	sent bool // its request went to the base RoundTripper
+	cut  bool // its attempt deadline cut it
 }
 
 // send sends the attempt: it asks the circuit (unless the route did), takes
@@ -125,7 +128,11 @@ func (a *attempt) send(now time.Time) outcome {
 			return outcome{err: err, kind: outcomeFault}
 		}
 	}
-	if a.sent != nil && !a.sent.CompareAndSwap(0, now.UnixNano()) { // the race ended while it queued: never sent
+	// Until a hedge is sent, its n is provisional: 1 for the call's first
+	// attempt alone. Sent, it is numbered in the order sent, which may put
+	// a hedge before the first attempt.
+	retry := a.n > 1
+	if a.race != nil && !a.race.commit(a, now) { // the race ended while it queued: never sent
 		a.unsent()
 		slot.Release(overload.Dropped)
 		a.s.circuit.ReleaseProbe(a.probe)
@@ -140,8 +147,8 @@ func (a *attempt) send(now time.Time) outcome {
 	if a.ep != nil {
 		a.ep.retarget(r)
 	}
-	a.dl.start(cancel, c.attemptLimit, now)
-	sentAt := c.sendingAttempt(a.n)
+	a.dl.start(cancel, a.afterCut, !a.s.answers.Load(), c.attemptLimit, now)
+	sentAt := c.sendingAttempt(retry)
 	resp, err := c.base.RoundTrip(r)
 	c.attemptAnswered(sentAt, resp)
 	fired, held := a.dl.answered() // the deadline that cut it, if one did
@@ -157,9 +164,13 @@ func (a *attempt) send(now time.Time) outcome {
 		a.dl.mu.Unlock()
 	}
 	left := err != nil && fired == nil && (context.Cause(ctx) != nil || c.callerLeft() != nil)
+	// The caller gave up on it past its limit: as one held until the total
+	// deadline, the upstream failed it, for the limiter, the breaker and
+	// the budget alike.
+	gaveUp := left && held && c.callerLeft() != nil
 	if slot.Held() {
 		o := c.overloadOutcome(resp, err, fired, held)
-		if left || (o == overload.Loss && requestFault(sent, err) != nil) {
+		if (left && !gaveUp) || (o == overload.Loss && requestFault(sent, err) != nil) {
 			o = overload.Dropped
 		}
 		slot.Release(o)
@@ -193,8 +204,12 @@ func (a *attempt) send(now time.Time) outcome {
 		resp, err = nil, ErrAttemptTimeout
 		a.record(Event{Kind: EventAttemptTimeout, Attempt: a.n, Err: err})
 	case left:
+		if gaveUp {
+			a.judge(nil, ErrAttemptTimeout)
+		} else {
+			a.s.abandonProbe(a.probe, err) // the race's loser, or the caller gave up
+		}
 		a.settle()
-		a.s.abandonProbe(a.probe, err) // the race's loser, or the caller gave up
 		return outcome{err: err, kind: outcomeAbandoned, sent: true}
 	case err != nil:
 		if fault := requestFault(sent, err); fault != nil {
@@ -204,7 +219,7 @@ func (a *attempt) send(now time.Time) outcome {
 		}
 	}
 	if a.judge(resp, err) {
-		return outcome{resp: resp, err: err, kind: outcomeFailure, sent: true}
+		return outcome{resp: resp, err: err, kind: outcomeFailure, sent: true, cut: fired == ErrAttemptTimeout}
 	}
 	if err == nil && resp.StatusCode != http.StatusServiceUnavailable && resp.StatusCode != http.StatusTooManyRequests {
 		// Served: the upstream's queue has moved past every attempt sent
@@ -214,6 +229,7 @@ func (a *attempt) send(now time.Time) outcome {
 		// as served, pushbacks cut 109-113 queued attempts per run at their
 		// limit in the fleet experiment's shedding upstream at N = 10.
 		c.h.answered(a.dl.sent) // start's, on this goroutine
+		a.s.served()
 	}
 	return outcome{resp: resp, err: err, kind: outcomeAnswer, sent: true}
 }
@@ -236,9 +252,6 @@ func (a *attempt) settle() {
 		a.rb.Release()
 	}
 }
-
-// notSent marks a hedge that its race gave up before it was sent.
-const notSent = -1
 
 // cancelable reports whether the call's sequential attempts need a context
 // of their own, which its timer cancels: for a deadline, or to bound the

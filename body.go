@@ -95,10 +95,17 @@ func (c *call) expire() {
 }
 
 // Read reads the response body, ending the call at EOF or on an error.
+// Past the end it says io.EOF again, as net/http's own body does, until
+// the caller closes it; rc, closed at the end, would say it is closed.
 func (c deliveredBody) Read(p []byte) (int, error) {
+	if c.pastEnd() {
+		return 0, io.EOF
+	}
 	n, err := c.rc.Read(p)
 	if err != nil {
-		if err != io.EOF {
+		if err == io.EOF {
+			c.set(deliveryEOF)
+		} else {
 			err = c.bodyError(err)
 		}
 		// Close before finish releases the attempt's context: an HTTP/2
@@ -117,11 +124,17 @@ func (c deliveredBody) Read(p []byte) (int, error) {
 type deliveredWriterTo struct{ deliveredBody }
 
 // WriteTo writes the body to w, and ends the call: the body is read to its
-// end, or it or w failed.
+// end, or it or w failed. Past the end it writes nothing, as Read says
+// io.EOF there.
 func (c deliveredWriterTo) WriteTo(w io.Writer) (int64, error) {
+	if c.pastEnd() {
+		return 0, nil
+	}
 	n, err := c.rc.(io.WriterTo).WriteTo(w)
 	if err != nil {
 		err = c.bodyError(err)
+	} else {
+		c.set(deliveryEOF)
 	}
 	c.closeBody()
 	c.finish()
@@ -130,9 +143,17 @@ func (c deliveredWriterTo) WriteTo(w io.Writer) (int64, error) {
 
 // Close closes the response body and ends the call.
 func (c deliveredBody) Close() error {
+	c.set(deliveryCallerClosed)
 	err := c.closeBody()
 	c.finish()
 	return err
+}
+
+// pastEnd reports whether the caller read the body to its end and has not
+// closed it since.
+func (c deliveredBody) pastEnd() bool {
+	f := c.flags.Load()
+	return f&deliveryEOF != 0 && f&deliveryCallerClosed == 0
 }
 
 // closeBody closes the returned response's body once.

@@ -51,16 +51,18 @@ type call struct {
 // delivery is the state of the response handed to the caller, whose body is
 // the call itself: the end of the body ends the call.
 type delivery struct {
-	flags atomic.Uint32 // deliveryDone, deliveryReported and deliveryClosed, each set once
+	flags atomic.Uint32 // the delivery flags below, each set once
 	rc    io.ReadCloser // the returned response's body
 }
 
 // The delivery's flags, in one word: three atomic.Bools took 8 bytes more,
 // which pushed the call past its size class (callsize_test.go).
 const (
-	deliveryDone     uint32 = 1 << iota // the call has ended
-	deliveryReported                    // the total timeout while reading the body was emitted
-	deliveryClosed                      // rc has been closed
+	deliveryDone         uint32 = 1 << iota // the call has ended
+	deliveryReported                        // the total timeout while reading the body was emitted
+	deliveryClosed                          // rc has been closed
+	deliveryEOF                             // the caller read rc to its end: further reads say io.EOF again
+	deliveryCallerClosed                    // the caller closed the body: reads say what rc says once closed
 )
 
 // set sets flag f, and reports whether it was set already.

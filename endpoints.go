@@ -9,8 +9,8 @@ import (
 )
 
 // Routing across endpoints: where each attempt of a call goes when
-// Endpoints is set. The retry loop (standard.go) and the hedging
-// loop (hedge.go) both ask the call's route for the next attempt's
+// Endpoints is set. The retry loop (retry.go) and the hedging
+// race (hedge.go) both ask the call's route for the next attempt's
 // endpoint; each endpoint is an authority of the handler's host table, so
 // it has a circuit breaker of its own, and an endpoint whose circuit
 // refuses is passed over at once for the next.
@@ -19,7 +19,8 @@ import (
 // goroutine that runs the call's loop touches it. It lives in that loop
 // (run or hedge), not in the call, so that a call without endpoints pays
 // nothing for it, not even a field: the call struct sits just under a size
-// class boundary (320 bytes).
+// class boundary (640 bytes, held by callsize_test.go's
+// TestCallFitsItsSizeClass).
 type route struct {
 	r       *router
 	tried   uint32 // the endpoints the call has sent to or found refusing, by index
@@ -27,7 +28,7 @@ type route struct {
 	sent    uint32 // the endpoints attempts of the call ended on (ended)
 	paused  uint32 // the endpoints a hedge waits for (hedgePauses): passed over while another is open
 	next    int    // RouteOrdered: the index of the next attempt's endpoint
-	last    int    // the endpoint of the latest attempt sent
+	last    int    // the endpoint of the latest attempt sent, or of the answer the call ends on
 	drawn   int    // 1 + the endpoint ahead drew for the next pick; 0 for none
 	held    [maxEndpoints]*hostState
 }
@@ -102,12 +103,13 @@ func (rt *route) draw(h *Handler) int {
 // its endpoint that no retry against that endpoint can mend, but that says
 // nothing of the other endpoints: its TLS (a certificate the client does
 // not trust or that names another host, a handshake the server refused, a
-// server that answers in plain HTTP). Such a failure is not transient
-// (IsTransient), yet another endpoint is another server: the call moves on
-// to it, and the failure counts against the endpoint's own circuit.
-// Classified by the errors' types, never their text.
+// server that answers in plain HTTP), or its host name, which does not
+// exist. Such a failure is not transient (IsTransient), yet another
+// endpoint is another server: the call moves on to it, and the failure
+// counts against the endpoint's own circuit. Classified by the errors'
+// types, never their text.
 func endpointFault(err error) bool {
-	return err != nil && isTLSFailure(err)
+	return err != nil && (isTLSFailure(err) || isNameNotFound(err))
 }
 
 // connectionFailure reports whether err, the error of an attempt that got
@@ -186,14 +188,16 @@ func (rt *route) release(h *Handler) {
 	}
 }
 
-// admitRouted picks the endpoint of the next attempt and takes its
-// circuit's permit, passing over at once every endpoint whose circuit
-// refuses (each refusal is an EventCircuitRejected naming the endpoint).
-// It returns the endpoint, its state and the probe number as
-// hostState.admit does, or, when every endpoint refused, the last reason.
-func (c *call) admitRouted(rt *route) (ep *endpoint, s *hostState, probe uint64, refused error) {
+// admitRouted picks the endpoint of attempt a and takes its circuit's
+// permit, passing over at once every endpoint whose circuit refuses (each
+// refusal is an EventCircuitRejected naming the endpoint). It sets a's
+// endpoint, its index, its state and the probe number as the circuit's
+// Admit returns it, or returns the last reason when every endpoint
+// refused. The route's last endpoint is not a's until a is sent: an
+// attempt admitted may still be shed, and never answer.
+func (c *call) admitRouted(rt *route, a *attempt) (refused error) {
 	if c.h.isolated.Load() {
-		return nil, nil, 0, ErrIsolated
+		return ErrIsolated
 	}
 	refused = errEndpointsDropped // unless a circuit refuses: the callers ask left() first
 	for range rt.r.eps {
@@ -201,17 +205,18 @@ func (c *call) admitRouted(rt *route) (ep *endpoint, s *hostState, probe uint64,
 		if i < 0 {
 			break
 		}
-		s = rt.state(c.h, i)
+		s := rt.state(c.h, i)
+		var probe uint64
 		probe, refused = s.circuit.Admit()
 		if refused == nil {
-			rt.last = i
-			return &rt.r.eps[i], s, probe, nil
+			a.ep, a.idx, a.s, a.probe, a.admitted = &rt.r.eps[i], i, s, probe, true
+			return nil
 		}
 		e := Event{Kind: EventCircuitRejected, Attempt: int(c.attempts) + 1, Err: refused}
 		rt.r.eps[i].label(&e)
 		c.emit(e)
 	}
-	return nil, nil, 0, refused
+	return refused
 }
 
 // errEndpointsDropped is why no endpoint is left for an attempt when every

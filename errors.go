@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/resilienthttp/resilience/internal/budget"
+	"github.com/resilienthttp/resilience/internal/redact"
 )
 
 // Errors of a Transport, for errors.Is. The error RoundTrip returns wraps
@@ -158,10 +159,12 @@ func (e *callError) Temporary() bool { return e.Timeout() }
 // failure. The names are those otelresilience records on an attempt's
 // span: "circuit_open", "rate_limited", "overloaded", "total_timeout",
 // "attempt_timeout", "canceled" (the caller left), "deadline_exceeded"
-// (the caller's deadline), the cause's own ErrorType if it has one,
-// "timeout" (any other error that says it is one), and otherwise the
-// cause's type, as package path and name without a pointer's "*", such as
-// "net.OpError".
+// (the caller's deadline: the context's own error, not the base's
+// timeouts that say errors.Is context.DeadlineExceeded), the cause's own
+// ErrorType if it has one, "timeout" (any other error that says it is
+// one), and otherwise the cause's type, as package path and name without
+// a pointer's "*", such as "net.OpError". Report.Outcome names the same
+// class (callerClass decides both).
 func (e *callError) ErrorType() string {
 	switch {
 	case errors.Is(e, ErrCircuitOpen):
@@ -174,10 +177,14 @@ func (e *callError) ErrorType() string {
 		return "total_timeout"
 	case errors.Is(e, ErrAttemptTimeout):
 		return "attempt_timeout"
-	case errors.Is(e, context.Canceled), errors.Is(e, errRequestCanceled):
+	}
+	switch callerClass(e) {
+	case OutcomeCanceled:
 		return "canceled"
-	case errors.Is(e, context.DeadlineExceeded):
+	case OutcomeDeadlineExceeded:
 		return "deadline_exceeded"
+	}
+	switch {
 	case e.cause == nil:
 		return "_OTHER"
 	}
@@ -191,6 +198,27 @@ func (e *callError) ErrorType() string {
 		return "timeout"
 	}
 	return typeName(e.cause)
+}
+
+// callerClass returns OutcomeCanceled or OutcomeDeadlineExceeded when err
+// is, or wraps, the caller's own reason to leave (callerLeft): a context's
+// error or errRequestCanceled, compared as values, as isContextError does;
+// and OutcomeNone otherwise. ErrorType and Report.Outcome both class an
+// error by it, so that they agree.
+func callerClass(err error) Outcome {
+	class := OutcomeNone
+	redact.Walk(err, func(e error) bool {
+		switch e {
+		case context.Canceled, errRequestCanceled:
+			class = OutcomeCanceled
+		case context.DeadlineExceeded:
+			class = OutcomeDeadlineExceeded
+		default:
+			return false
+		}
+		return true
+	})
+	return class
 }
 
 // fmtWrapError is the type of fmt.Errorf's error with one %w: a wrapper that

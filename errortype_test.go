@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -94,4 +96,119 @@ func TestCallErrorTypeFromRoundTrip(t *testing.T) {
 	require.ErrorAs(t, err, &oe)
 	require.ErrorAs(t, err, &et)
 	assert.Equal(t, "net.OpError", et.ErrorType())
+}
+
+// errorTypeOf is the ErrorType of the error RoundTrip returned.
+func errorTypeOf(t *testing.T, err error) string {
+	t.Helper()
+	var et interface{ ErrorType() string }
+	require.ErrorAs(t, err, &et)
+	return et.ErrorType()
+}
+
+// Issue 47, item 11: when the caller leaves just as the last attempt fails
+// with a transport error, Report.Outcome and the error's ErrorType name the
+// same class: the caller's, as the call's error says (errors.Is finds the
+// context's error; errors.As still finds the attempt's). The base here
+// ends the caller's context, then fails the attempt: the race that a soak
+// met about once in 60,000 calls, made certain.
+func TestOutcomeAgreesWithErrorTypeWhenCallerLeavesAsLastAttemptFails(t *testing.T) {
+	reset := func() error {
+		return &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	}
+	for _, tc := range []struct {
+		name     string
+		retry    RetryOptions
+		attempts int
+	}{
+		{"no retries", RetryOptions{Disabled: true}, 1},
+		{"the last of three", RetryOptions{MaxRetries: 2, Delay: time.Millisecond, MaxDelay: time.Millisecond, NoJitter: true}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var n atomic.Int32
+			base := roundTripFunc(func(*http.Request) (*http.Response, error) {
+				if int(n.Add(1)) == tc.attempts {
+					cancel() // the caller leaves...
+				}
+				return nil, reset() // ...as the attempt fails on its own
+			})
+			rec := &evRecorder{measures: true}
+			tr, err := NewTransport(base, Options{Retry: tc.retry, OnEvent: rec.add})
+			require.NoError(t, err)
+			var report Report
+			req := newTestRequest(t, WithReport(ctx, &report), http.MethodGet, "http://upstream.invalid/", nil)
+			_, err = tr.RoundTrip(req)
+			require.Error(t, err)
+			assert.Equal(t, tc.attempts, report.Attempts)
+			assert.Equal(t, report.Outcome.String(), errorTypeOf(t, err), "Outcome and ErrorType agree: %v", err)
+			assert.Equal(t, OutcomeCanceled, report.Outcome)
+			assert.ErrorIs(t, err, context.Canceled)
+			var oe *net.OpError
+			assert.ErrorAs(t, err, &oe, "the attempt's failure stays visible")
+			calls := rec.of(EventCall)
+			require.Len(t, calls, 1)
+			assert.Equal(t, "canceled", errorTypeOf(t, calls[0].Err), "the call's event says the same")
+		})
+	}
+}
+
+// The same for the caller's deadline, passed while the attempt was under
+// way, when the base answers it with an error of its own rather than the
+// context's.
+func TestOutcomeAgreesWithErrorTypeWhenCallerDeadlinePasses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	defer cancel()
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		<-r.Context().Done()
+		return nil, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	})
+	tr, err := NewTransport(base, Options{})
+	require.NoError(t, err)
+	var report Report
+	_, err = tr.RoundTrip(newTestRequest(t, WithReport(ctx, &report), http.MethodGet, "http://upstream.invalid/", nil))
+	require.Error(t, err)
+	assert.Equal(t, report.Outcome.String(), errorTypeOf(t, err), "Outcome and ErrorType agree: %v", err)
+	assert.Equal(t, OutcomeDeadlineExceeded, report.Outcome)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	assert.True(t, ne.Timeout(), "the caller's deadline is a timeout, as http.Client's are")
+}
+
+// The base transport's own timeouts say errors.Is(err,
+// context.DeadlineExceeded), but they are the attempt's, not the caller's
+// deadline: Outcome says transport_error, and ErrorType "timeout", not
+// "deadline_exceeded". A dial past its deadline (net's own error) and
+// ResponseHeaderTimeout (net/http's), against a real server that never
+// answers.
+func TestOutcomeAgreesWithErrorTypeOnBaseTimeouts(t *testing.T) {
+	up := newTestUpstream(t, func(_ http.ResponseWriter, r *http.Request, _ int) {
+		<-r.Context().Done()
+	})
+	dialLate := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d := net.Dialer{Deadline: time.Now().Add(-time.Second)} // already past
+		return d.DialContext(ctx, network, addr)
+	}}
+	noHeaders := &http.Transport{ResponseHeaderTimeout: time.Millisecond}
+	for _, tc := range []struct {
+		name string
+		base *http.Transport
+	}{{"dial timeout", dialLate}, {"ResponseHeaderTimeout", noHeaders}} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer tc.base.CloseIdleConnections()
+			_, bare := tc.base.RoundTrip(newTestRequest(t, context.Background(), http.MethodGet, up.URL(), nil))
+			require.ErrorIs(t, bare, context.DeadlineExceeded, "what net and net/http say of their timeouts")
+
+			tr, err := NewTransport(tc.base, Options{Retry: RetryOptions{Disabled: true}})
+			require.NoError(t, err)
+			var report Report
+			_, err = tr.RoundTrip(newTestRequest(t, WithReport(context.Background(), &report), http.MethodGet, up.URL(), nil))
+			require.Error(t, err)
+			assert.Equal(t, OutcomeTransportError, report.Outcome)
+			assert.Equal(t, "timeout", errorTypeOf(t, err), "%v", err)
+			assert.ErrorIs(t, err, context.DeadlineExceeded, "errors.Is says what it said bare")
+		})
+	}
 }

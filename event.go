@@ -39,7 +39,7 @@ const (
 	EventBudgetExhausted                          // the retry budget began refusing (Err: why)
 	EventBudgetRecovered                          // half its tokens are unclaimed again
 	EventPushback                                 // the upstream said not to retry (PropagationOptions)
-	EventAttemptHeld                              // an attempt waited past AttemptTimeout, nothing having overtaken it
+	EventAttemptHeld                              // an attempt waited past AttemptTimeout, held as queued (deadlines.holds)
 )
 
 var eventKindNames = [...]string{
@@ -250,9 +250,11 @@ func (c *call) ended(start time.Time, resp *http.Response, err error) {
 // it, and resp's status. A response is a failure when the retry layer
 // judged it one to retry (retryable), or the server's pushback alone
 // stopped a retry of a transient status. An error is classed as ErrorType
-// classes it, by the handler's sentinels first; then by the request's own
-// context (the caller left); then as the request's own fault, which the
-// call's error marks; anything else is the transport's.
+// classes it, from the error alone: by the handler's sentinels first; then
+// by the caller's own reason to leave, which the call's error carries when
+// the caller had left by the end of the call (callerFirst); then as the
+// request's own fault, which the call's error marks; anything else is the
+// transport's.
 func (c *call) outcome(resp *http.Response, err error) (Outcome, int) {
 	if err == nil {
 		if resp == nil {
@@ -278,16 +280,38 @@ func (c *call) outcome(resp *http.Response, err error) (Outcome, int) {
 	case errors.Is(err, ErrAttemptTimeout):
 		return OutcomeAttemptTimeout, 0
 	}
-	if left := c.callerLeft(); left != nil {
-		if errors.Is(left, context.DeadlineExceeded) {
-			return OutcomeDeadlineExceeded, 0
-		}
-		return OutcomeCanceled, 0
+	if class := callerClass(err); class != OutcomeNone {
+		return class, 0
 	}
 	if ce, ok := err.(*callError); ok && ce.fault {
 		return OutcomeRequestFault, 0
 	}
 	return OutcomeTransportError, 0
+}
+
+// callerFirst returns err, the error the call ends with, made the caller's
+// when the caller has left by now and err says neither that nor one of the
+// handler's own verdicts (circuit open, rate limited, overloaded, a
+// timeout of its own): an attempt that failed on its own just as the
+// caller left, or a base that answered the caller's leaving with an error
+// of its own. As the request's context is the judge of the caller's
+// leaving (DESIGN's classification), the call's error is then the
+// context's, still wrapping the attempt's for errors.As; Report.Outcome and
+// ErrorType, both read from the error, agree on it.
+func (c *call) callerFirst(err error) error {
+	if err == nil || callerClass(err) != OutcomeNone {
+		return err
+	}
+	left := c.callerLeft()
+	if left == nil || errors.Is(err, ErrCircuitOpen) || errors.Is(err, ErrRateLimited) ||
+		errors.Is(err, ErrOverloaded) || errors.Is(err, ErrTotalTimeout) || errors.Is(err, ErrAttemptTimeout) {
+		return err
+	}
+	if ce, ok := err.(*callError); ok && ce.kind == nil {
+		ce.kind = left
+		return ce
+	}
+	return c.errorf(left, err, "")
 }
 
 // rejected is the error of a call the circuit refused, for reason.

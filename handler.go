@@ -40,6 +40,7 @@ type Handler struct {
 	latency hedgestats.Sketch    // attempt latencies, for Hedging.DelayPercentile (internal/hedgestats)
 	load    hedgestats.ExtraLoad // hedged calls and hedges, for Hedging.MaxExtraLoad (internal/hedgestats)
 	rand    func(uint64) uint64  // the routing's random source, math/rand/v2's (tests set another)
+	onHold  func()               // nil; tests set one to learn that an attempt was first held (deadlines.fire)
 }
 
 // NewHandler validates opts, fills in defaults, and returns the Handler

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/resilienthttp/resilience/internal/budget"
@@ -51,7 +51,6 @@ type hedge struct {
 	out    outcome
 	stop   func() bool // unlinks it from the call context
 	done   bool        // the race received it
-	sentAt atomic.Int64
 }
 
 // A race is a hedged call's loop, on the call's goroutine: it sends the
@@ -64,7 +63,8 @@ type race struct {
 	delay   time.Duration   // between hedges
 	capped  bool            // a speculative hedge needs room under MaxExtraLoad
 	results chan *hedge
-	sent    []*hedge // every attempt, in order
+	sent    []*hedge // every attempt, in the order launched
+	sends   sends    // numbers them as they are sent
 	running int
 	last    *hedge // the latest handled failure, kept until something better comes
 
@@ -132,19 +132,22 @@ func (c *call) hedgeDelay() time.Duration {
 
 // launch sends the race's next attempt, after delay, on a goroutine of its
 // own; claimed says it holds a retry budget token (a hedge that follows a
-// failure). It fails only when the request's body cannot be had.
-func (r *race) launch(delay time.Duration, claimed bool) error {
+// failure), speculative that it is sent while an attempt still runs. It
+// fails only when the request's body cannot be had.
+func (r *race) launch(delay time.Duration, claimed, speculative bool) error {
 	c := r.c
-	n := len(r.sent) + 1
+	first := len(r.sent) == 0
 	h := &hedge{}
-	h.attempt = attempt{c: c, n: n, delay: delay, s: c.s, queue: n == 1, first: n == 1, claimed: claimed}
-	if n == 1 || claimed {
+	// Its number until it is sent (sends.commit): the next, if the attempts
+	// still running were all sent; 1 for the call's first attempt alone.
+	n := int(c.attempts) + 1
+	h.attempt = attempt{c: c, n: n, delay: delay, s: c.s, queue: first, hedge: speculative, first: first, claimed: claimed}
+	if first || claimed {
 		h.rb = c.budget() // the budget counts the first attempt and the hedges that follow a failure
 	}
 	var refused error
 	if r.rt != nil {
-		h.ep, h.s, h.probe, refused = c.admitRouted(r.rt)
-		h.idx, h.admitted = r.rt.last, true
+		refused = c.admitRouted(r.rt, &h.attempt)
 	}
 	if refused == nil {
 		var err error
@@ -158,7 +161,7 @@ func (r *race) launch(delay time.Duration, claimed bool) error {
 	h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(r.ctx))
 	h.stop = context.AfterFunc(r.ctx, func() { h.cancel(context.Cause(r.ctx)) })
 	h.own.owner = c
-	h.dl, h.rec, h.sent = &h.own, &h.events, &h.sentAt
+	h.dl, h.rec, h.race = &h.own, &h.events, &r.sends
 	r.sent = append(r.sent, h)
 	c.attempts++ // taken back if it is not sent
 	r.running++
@@ -187,7 +190,7 @@ func (r *race) mayHedge() bool {
 func (r *race) refuse(why *budget.Refusal) {
 	if !r.reported {
 		r.reported = true
-		r.c.emit(Event{Kind: EventBudgetExceeded, Attempt: len(r.sent) + 1, Err: why.Of(nil)})
+		r.c.emit(Event{Kind: EventBudgetExceeded, Attempt: int(r.c.attempts) + 1, Err: why.Of(nil)})
 	}
 }
 
@@ -210,7 +213,7 @@ func (r *race) another(delay time.Duration, speculative bool) bool {
 		if r.capped && !c.h.load.Claim(c.cfg.Hedging.MaxExtraLoad) {
 			if !r.cappedReported {
 				r.cappedReported = true
-				c.emit(Event{Kind: EventHedgeCapped, Attempt: len(r.sent) + 1, Delay: delay})
+				c.emit(Event{Kind: EventHedgeCapped, Attempt: int(c.attempts) + 1, Delay: delay})
 			}
 			r.refused = true
 			return false
@@ -223,8 +226,8 @@ func (r *race) another(delay time.Duration, speculative bool) bool {
 		}
 		claimed = true
 	}
-	c.emit(Event{Kind: EventHedge, Attempt: len(r.sent) + 1, Delay: delay})
-	if err := r.launch(delay, claimed); err != nil {
+	c.emit(Event{Kind: EventHedge, Attempt: int(c.attempts) + 1, Delay: delay})
+	if err := r.launch(delay, claimed, speculative); err != nil {
 		if claimed {
 			c.budget().Release()
 		}
@@ -238,7 +241,7 @@ func (r *race) another(delay time.Duration, speculative bool) bool {
 // context.
 func (r *race) run() (*http.Response, error) {
 	c := r.c
-	if err := r.launch(0, false); err != nil {
+	if err := r.launch(0, false, false); err != nil {
 		return nil, c.faulted(err) // its body could not be had
 	}
 	var timer *time.Timer
@@ -258,10 +261,10 @@ func (r *race) run() (*http.Response, error) {
 			}
 			o := &h.out
 			if o.kind == outcomeFault || o.kind == outcomeAnswer {
+				r.settle(true, errLostRace)
 				if r.rt != nil {
 					r.rt.last = h.idx // the endpoint whose answer the caller gets
 				}
-				r.settle(true, errLostRace)
 				if o.kind == outcomeFault {
 					return nil, c.faulted(o.err) // the request's own failure
 				}
@@ -270,7 +273,7 @@ func (r *race) run() (*http.Response, error) {
 			switch o.kind {
 			case outcomeRejected:
 				c.attempts-- // never sent
-				if h.n == 1 {
+				if h.first {
 					r.settle(false, errCallEnded)
 					if r.rt != nil { // each endpoint's refusal was reported
 						return nil, c.errorf(ErrCircuitOpen, o.err, "on every endpoint")
@@ -282,13 +285,15 @@ func (r *race) run() (*http.Response, error) {
 				}
 			case outcomeShed:
 				c.attempts-- // never sent
-				if h.n == 1 {
+				if h.first {
 					r.settle(false, errCallEnded)
 					return nil, c.overloadFailure(o.err)
 				}
 			case outcomeFailure:
 				if r.rt != nil {
-					r.rt.ended(h.idx, o.err) // an endpoint's own failure drops it from the call
+					// the latest sent; an endpoint's own failure drops it from the call
+					r.rt.last = h.idx
+					r.rt.ended(h.idx, o.err)
 				}
 				if r.last != nil {
 					l := r.last
@@ -322,8 +327,7 @@ func (r *race) run() (*http.Response, error) {
 			if r.running == 0 && r.last != nil {
 				// Every attempt failed: the call ends on a failure the retry
 				// layer retries (Report.Outcome).
-				c.retryable = true
-				return c.result(r.last.out.resp, r.last.out.err)
+				return r.lastFailure()
 			}
 		case <-tick:
 			now := time.Now()
@@ -345,8 +349,7 @@ func (r *race) run() (*http.Response, error) {
 				}
 			}
 			if r.running == 0 && r.last != nil {
-				c.retryable = true // no hedge went: the call ends on a failure, as above
-				return c.result(r.last.out.resp, r.last.out.err)
+				return r.lastFailure() // no hedge went: the call ends on a failure, as above
 			}
 		case <-r.ctx.Done():
 			r.settle(false, context.Cause(r.ctx)) // the total timeout, or the caller's cause
@@ -356,6 +359,17 @@ func (r *race) run() (*http.Response, error) {
 			return nil, c.errorf(nil, c.req.Context().Err(), "")
 		}
 	}
+}
+
+// lastFailure ends the race on its latest failure, every attempt having
+// ended: the call's answer is that failure, from its endpoint, whatever
+// was launched after it and never sent.
+func (r *race) lastFailure() (*http.Response, error) {
+	if r.rt != nil {
+		r.rt.last = r.last.idx
+	}
+	r.c.retryable = true
+	return r.c.result(r.last.out.resp, r.last.out.err)
 }
 
 // settle ends the race: the attempts that lost, and the kept failure, are
@@ -376,14 +390,18 @@ func (r *race) run() (*http.Response, error) {
 // queued for an overload slot) never will be, and is not counted.
 func (r *race) settle(grace bool, why error) {
 	c := r.c
+	r.sends.end()
 	for _, h := range r.sent {
 		if h.done {
 			continue
 		}
-		if h.sentAt.CompareAndSwap(0, notSent) {
+		if h.sentAt == 0 {
 			c.attempts--
 			h.cancel(errHedgeLost) // not waited for: it stops waiting for its slot
 			continue
+		}
+		if r.rt != nil {
+			r.rt.last = h.idx // the latest sent, unless the call has an answer (run)
 		}
 		if grace {
 			h.stop()
@@ -391,7 +409,7 @@ func (r *race) settle(grace bool, why error) {
 			h.cancel(errHedgeLost)
 		}
 		if c.cfg.observed {
-			e := Event{Kind: EventAttempt, Attempt: h.n, Delay: h.delay, Duration: time.Since(time.Unix(0, h.sentAt.Load())), Err: why}
+			e := Event{Kind: EventAttempt, Attempt: h.n, Delay: h.delay, Duration: time.Since(time.Unix(0, h.sentAt)), Err: why}
 			if h.ep != nil {
 				h.ep.label(&e)
 			}
@@ -431,6 +449,41 @@ func (r *race) settle(grace bool, why error) {
 			}
 		}
 	}()
+}
+
+// sends numbers a race's attempts in the order they are sent, and stops
+// the sending when the race ends. A hedge takes its number only once
+// nothing stops it being sent (commit): one shed or refused before takes
+// none, so that the numbers of the attempts sent (in their events,
+// AttemptFromContext and the propagated attempt header) run from 1 without
+// a gap, and the last is the call's count, however the hedges' goroutines
+// interleave. A mutex, not an atomic counter: the race's end must find
+// each hedge either sent, with its number, or never to be sent.
+type sends struct {
+	mu    sync.Mutex
+	n     int  // the attempts sent
+	ended bool // the race ended: nothing more is sent
+}
+
+// commit numbers a, a hedge about to be sent at now, as the next attempt
+// sent, and reports whether it may go: not once the race has ended.
+func (s *sends) commit(a *attempt, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return false
+	}
+	s.n++
+	a.n, a.sentAt = s.n, now.UnixNano()
+	return true
+}
+
+// end ends the race's sending: a hedge not sent by now never is, and one
+// sent has its number and sentAt.
+func (s *sends) end() {
+	s.mu.Lock()
+	s.ended = true
+	s.mu.Unlock()
 }
 
 // discard discards the outcome of a hedge that lost, and then cancels its

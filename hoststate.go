@@ -27,6 +27,11 @@ type hostState struct {
 
 	// quota is what the upstream announced of its quota (serverquota.go).
 	quota serverQuota
+
+	// answers says that it has served an attempt: a response the retry
+	// layer accepts, not a refusal. Until then, no attempt to it is held
+	// past its limit as queued (deadlines.holds).
+	answers atomic.Bool
 }
 
 // policies are a host's limits and the options they were
@@ -129,4 +134,11 @@ func breakerOptionsOf(cfg *config) breaker.Options {
 	cb := cfg.CircuitBreaker
 	return breaker.Options{Disabled: cb.Disabled, FailureRatio: cb.FailureRatio, MinimumThroughput: cb.MinimumThroughput,
 		SamplingDuration: cb.SamplingDuration, BreakDuration: cb.BreakDuration}
+}
+
+// served notes that the upstream served an attempt.
+func (s *hostState) served() {
+	if !s.answers.Load() {
+		s.answers.Store(true)
+	}
 }

@@ -95,8 +95,8 @@ type config struct {
 }
 
 // resolve fills in defaults and validates o, layer by layer: each layer's
-// options are resolved beside it (resolveRateLimit in admission.go, and so
-// on), and what spans layers is resolved here.
+// options are resolved beside it (resolveRateLimit in ratelimitoptions.go,
+// and so on), and what spans layers is resolved here.
 func resolve(o Options) (*config, error) {
 	given := o
 	if o.Name == "" {

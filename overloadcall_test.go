@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/resilienthttp/resilience/internal/overload"
 )
 
 // newHeldUpstream is an upstream that holds every request until release is
@@ -130,7 +133,7 @@ func TestOverloadRefusesWhenItCannotWait(t *testing.T) {
 	// The caller's deadline bounds the wait, whatever MaxQueueWait says.
 	o = overloadTestOptions(1)
 	c2 := newTestClient(t, o)
-	_, err = c2.tr.Handler().shared.policies.Load().overload.Acquire(context.Background(), 0, time.Time{}, 1, time.Now()) // the only slot, taken
+	_, err = c2.tr.Handler().shared.policies.Load().overload.Acquire(context.Background(), 0, time.Time{}, overload.First, time.Now()) // the only slot, taken
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
@@ -383,4 +386,93 @@ func TestOverloadUpdate(t *testing.T) {
 
 	o.Overload.MinLimit = -1
 	assert.ErrorContains(t, h.Update(o), "Overload.MinLimit (-1): must not be negative")
+}
+
+// sluggishUpstream answers /fast at once, /slow after 100 ms, the first
+// request for /fail with a fast 503 and the next with "ok", and holds the
+// first request for /hedged until its caller leaves (at most 5 s, then
+// "first"), answering the next "hedge". makeSluggish has the handler of c see it answer
+// 20 times fast, then twice 50 times slower: sluggish.
+func sluggishUpstream(t *testing.T) (u *testUpstream, makeSluggish func(c *testClient)) {
+	var failed, hedgedOnce sync.Once
+	u = newTestUpstream(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		switch r.URL.Path {
+		case "/slow":
+			time.Sleep(100 * time.Millisecond)
+		case "/fail":
+			first := false
+			failed.Do(func() { first = true })
+			if first {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+		case "/hedged":
+			first := false
+			hedgedOnce.Do(func() { first = true })
+			if !first {
+				_, _ = io.WriteString(w, "hedge")
+				return
+			}
+			select {
+			case <-r.Context().Done(): // the hedge won
+			case <-time.After(5 * time.Second):
+				_, _ = io.WriteString(w, "first")
+			}
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	return u, func(c *testClient) {
+		for _, p := range append(slices.Repeat([]string{"/fast"}, 20), "/slow", "/slow") {
+			resp, err := c.getBounded(t, u.URL()+p)
+			require.NoError(t, err)
+			readBody(t, resp)
+		}
+	}
+}
+
+// Issue 47: a hedge is sent because the upstream is slow to answer its
+// call; the sluggish rule, which sheds retries while the upstream's last
+// answers came far slower than usual, shed every hedge too (5 of 5 after
+// two slow calls). A hedge sent while the first attempt runs is not a
+// retry: it goes, bounded by MaxExtraLoad.
+func TestOverloadSendsTheHedgesOfASluggishUpstream(t *testing.T) {
+	u, makeSluggish := sluggishUpstream(t)
+	c := newTestClient(t, Options{Name: "ovl", Hedging: HedgingOptions{Enabled: true, Delay: 300 * time.Millisecond, MaxHedges: 1, MaxExtraLoad: NoExtraLoadCap}})
+	makeSluggish(c)
+
+	var rep Report
+	ctx, cancel := context.WithTimeout(WithReport(context.Background(), &rep), 10*time.Second)
+	defer cancel()
+	resp, err := c.Do(newTestRequest(t, ctx, http.MethodGet, u.URL()+"/hedged", nil))
+	require.NoError(t, err)
+	assert.Equal(t, "hedge", readBody(t, resp), "the hedge was sent, and won")
+	assert.False(t, rep.Shed)
+	assert.Equal(t, 2, rep.Attempts)
+	assert.Empty(t, c.events.ofKind(EventOverloadShed))
+}
+
+// Issue 31: while the upstream's last answers came far slower than usual
+// (here 100 ms against a usual fraction of a millisecond, an httptest
+// server that sleeps), a retry is shed: the call gets the 503 its first
+// attempt had, as a bare client would.
+func TestOverloadShedsTheRetriesOfASluggishUpstream(t *testing.T) {
+	u, makeSluggish := sluggishUpstream(t)
+	c := newTestClient(t, Options{Name: "ovl", Retry: quickRetry()})
+	makeSluggish(c)
+
+	var rep Report
+	ctx, cancel := context.WithTimeout(WithReport(context.Background(), &rep), 10*time.Second)
+	defer cancel()
+	resp, err := c.Do(newTestRequest(t, ctx, http.MethodGet, u.URL()+"/fail", nil))
+	require.NoError(t, err)
+	readBody(t, resp)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "the retry was shed: the first attempt's answer")
+	assert.True(t, rep.Shed)
+	assert.Equal(t, 1, rep.Attempts)
+	shed := c.events.ofKind(EventOverloadShed)
+	require.Len(t, shed, 1)
+	var oe *OverloadError
+	require.ErrorAs(t, shed[0].Err, &oe)
+	assert.Greater(t, oe.Latency, 3*oe.Usual, "its last answers, against the usual")
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -15,8 +16,10 @@ import (
 // IsTransient reports whether an attempt's outcome is transient, as retries
 // and the circuit breaker judge by default: status 408, 429 or 5xx but 501
 // and 505, or a transport error, timeouts included; not a context's error,
-// ErrTotalTimeout, ErrOverloaded, a TLS failure or a malformed request. It
-// does not say whether a request is safe to repeat.
+// ErrTotalTimeout, ErrOverloaded, a TLS failure, a malformed request or a
+// host name that does not exist (a *net.DNSError that IsNotFound; a DNS
+// timeout or temporary failure is transient). It does not say whether a
+// request is safe to repeat.
 func IsTransient(resp *http.Response, err error) bool {
 	if err != nil {
 		return transientError(err)
@@ -38,10 +41,18 @@ func transientError(err error) bool {
 	switch {
 	case errors.Is(err, ErrAttemptTimeout):
 		return true
-	case errors.Is(err, ErrTotalTimeout), errors.Is(err, ErrOverloaded), isContextError(err), isTLSFailure(err), isRequestError(err):
+	case errors.Is(err, ErrTotalTimeout), errors.Is(err, ErrOverloaded), isContextError(err), isTLSFailure(err), isRequestError(err), isNameNotFound(err):
 		return false
 	}
 	return true
+}
+
+// isNameNotFound reports whether err says that the name looked up does not
+// exist: the next lookup will say so too. A lookup that timed out, or that
+// a server failed for now, may pass.
+func isNameNotFound(err error) bool {
+	var dns *net.DNSError
+	return errors.As(err, &dns) && dns.IsNotFound && !dns.IsTimeout && !dns.IsTemporary
 }
 
 // isContextError reports whether err is, or wraps, a context's own error.

@@ -40,6 +40,11 @@ func (l *retryLoop) run(now time.Time) (*http.Response, error) {
 	var prevErr error
 	unsent := true   // every attempt so far failed before its request left the client
 	claimed := false // attempt n holds a retry budget token
+	// cut: attempt n-1 was cut at its limit. If attempt n is the last and
+	// reaches its own, at an upstream that never answered, the cuts did not
+	// help: it is held (deadlines.holds), and a slow upstream that works
+	// gets its chance to answer.
+	cut := false
 	rb, ctx := c.budget(), c.req.Context()
 	// A request without a body (nil or http.NoBody) sends that as it is: its
 	// attempts have no body to take from the call.
@@ -52,7 +57,7 @@ func (l *retryLoop) run(now time.Time) (*http.Response, error) {
 			now = time.Now()
 		}
 		a := attempt{c: c, n: n, delay: waited, s: c.s, queue: true, first: n == 1 || l.firstDelivery,
-			rb: rb, claimed: claimed, ownBody: bodied, body: none, ctx: ctx, dl: &c.deadlines}
+			afterCut: cut && n > cfg.Retry.MaxRetries, rb: rb, claimed: claimed, ownBody: bodied, body: none, ctx: ctx, dl: &c.deadlines}
 		o, err := l.send(&a, now, rt)
 		if err != nil {
 			// A retry the overload limiter shed or the circuit refused was
@@ -72,6 +77,7 @@ func (l *retryLoop) run(now time.Time) (*http.Response, error) {
 			return nil, err // rejected, shed, total timeout, cancelled, the request's own failure
 		}
 		resp, err := o.resp, o.err
+		cut = o.cut
 		if rt != nil {
 			rt.ended(rt.last, err) // an endpoint's own failure drops it from the call
 		}
@@ -180,16 +186,17 @@ func (l *retryLoop) send(a *attempt, now time.Time, rt *route) (outcome, error) 
 			a.settle()
 			return outcome{}, c.rejected(ErrIsolated)
 		}
-		var err error
-		if a.ep, a.s, a.probe, err = c.admitRouted(rt); err != nil {
+		if err := c.admitRouted(rt, a); err != nil {
 			a.settle()
 			return outcome{}, c.errorf(ErrCircuitOpen, err, "on every endpoint")
 		}
-		a.idx, a.admitted = rt.last, true
 	}
 	o := a.send(now)
 	if o.sent {
 		c.attempts++
+		if rt != nil {
+			rt.last = a.idx // not before: a retry shed unsent leaves the call on the answer before it (Report.Endpoint)
+		}
 	}
 	switch o.kind {
 	case outcomeAnswer, outcomeFailure:

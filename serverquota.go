@@ -333,12 +333,12 @@ func (c *call) paceServer() (held bool, err error) {
 	return held, nil
 }
 
-// sendingAttempt notes that attempt n of the call is being sent, and
-// returns when, or zero if the quota is not followed yet. A retry or hedge
-// spends from the quota, and so does a first attempt whose call was
-// admitted before the quota was followed; the others took their share at
-// admission.
-func (c *call) sendingAttempt(n int) time.Time {
+// sendingAttempt notes that an attempt of the call is being sent, a
+// retry or hedge or else the call's first, and returns when, or zero if
+// the quota is not followed yet. A retry or hedge spends from the quota,
+// and so does a first attempt whose call was admitted before the quota was
+// followed; the others took their share at admission.
+func (c *call) sendingAttempt(retry bool) time.Time {
 	if !c.cfg.followsServer() {
 		return time.Time{}
 	}
@@ -348,7 +348,7 @@ func (c *call) sendingAttempt(n int) time.Time {
 		return time.Time{}
 	}
 	now := time.Now()
-	if n > 1 || !c.quotaTaken {
+	if retry || !c.quotaTaken {
 		q.spend(now)
 	}
 	return now

@@ -8,7 +8,8 @@ import (
 
 // The standard stack, outermost first: admission (concurrency and rate,
 // admission.go), total deadline, retry (retry.go; or hedging, hedge.go),
-// circuit breaker (internal/breaker), overload limit and one attempt (attempt.go),
+// circuit breaker (internal/breaker), overload limit (internal/overload;
+// the slot is admission.go's takeSlot) and one attempt (attempt.go),
 // attempt deadline (both deadlines in deadline.go). One call is one *call
 // (call.go); its response body, when returned, is the call itself
 // (body.go), so that the permit and the timer are released when the
@@ -48,6 +49,7 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 	}
 	queued, err := c.admit()
 	if err != nil {
+		err = c.callerFirst(err)
 		c.closeBody()
 		if c.heard() {
 			c.ended(now, nil, err)
@@ -66,6 +68,7 @@ func (h *Handler) roundTrip(base http.RoundTripper, req *http.Request) (*http.Re
 		l := retryLoop{c: c}
 		resp, err = l.run(first)
 	}
+	err = c.callerFirst(err)
 	c.closeBody()
 	if c.heard() {
 		c.ended(now, resp, err)

@@ -3,6 +3,7 @@ package resilience
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -334,18 +335,22 @@ func (p *blackholeProxy) close() {
 }
 
 // Issue 31: an attempt that reaches AttemptTimeout while nothing sent
-// after it has been answered is queued behind others, not stuck. Cut
-// short, the upstream would still serve it, to nobody, and its retry would
-// queue again: it waits on, up to TotalTimeout, and says so
-// (EventAttemptHeld). StrictAttemptTimeout cuts it as before.
+// after it has been answered, and others wait with it at an upstream that
+// answers, is queued behind them, not stuck. Cut short, the upstream would
+// still serve it, to nobody, and its retry would queue again: it waits on,
+// up to TotalTimeout, and says so (EventAttemptHeld). StrictAttemptTimeout
+// cuts it as before.
 func TestAttemptQueuedBehindOthersWaitsOn(t *testing.T) {
 	for _, strict := range []bool{false, true} {
 		name := map[bool]string{false: "default", true: "strict"}[strict]
 		t.Run(name, func(t *testing.T) {
 			release := make(chan struct{})
-			arrived := make(chan struct{}, 4)
+			arrived := make(chan struct{}, 8)
 			var hits atomic.Int64
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/warm" {
+					return // served at once: the upstream answers
+				}
 				hits.Add(1)
 				arrived <- struct{}{}
 				select { // a queue: the answer comes once the test lets it
@@ -366,34 +371,57 @@ func TestAttemptQueuedBehindOthersWaitsOn(t *testing.T) {
 			})
 			require.NoError(t, err)
 			defer tr.CloseIdleConnections()
+			client := &http.Client{Transport: tr}
+			resp, err := client.Get(srv.URL + "/warm")
+			require.NoError(t, err)
+			resp.Body.Close()
 			if strict {
-				defer close(release) // never answered while the call waits
+				defer close(release) // never answered while the calls wait
 			} else {
 				go func() {
 					<-arrived
-					time.Sleep(100 * time.Millisecond) // five attempt timeouts: the timer has fired
+					<-arrived
+					time.Sleep(100 * time.Millisecond) // five attempt timeouts: the timers have fired
 					close(release)
 				}()
 			}
-			resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
+			errs := make(chan error, 2)
+			for range 2 {
+				go func() {
+					resp, err := client.Get(srv.URL)
+					if err == nil {
+						body, _ := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						if string(body) != "ok" {
+							err = fmt.Errorf("body %q", body)
+						}
+					}
+					errs <- err
+				}()
+			}
+			for range 2 {
+				err := <-errs
+				if strict {
+					// Cut at 20 ms and retried; the retry queues as well
+					// and is cut too, and the call ends on the timeout.
+					require.ErrorIs(t, err, ErrAttemptTimeout)
+				} else {
+					require.NoError(t, err)
+				}
+			}
 			if strict {
-				// Cut at 20 ms and retried; the retry queues as well and
-				// is cut too, and the call ends on the timeout.
-				require.ErrorIs(t, err, ErrAttemptTimeout)
-				assert.Equal(t, 2, rec.count(EventAttemptTimeout))
+				assert.Equal(t, 4, rec.count(EventAttemptTimeout))
 				assert.Zero(t, rec.count(EventAttemptHeld))
 				return
 			}
-			require.NoError(t, err)
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			assert.Equal(t, "ok", string(body))
-			assert.Equal(t, int64(1), hits.Load(), "one attempt, served to its caller")
+			assert.Equal(t, int64(2), hits.Load(), "one attempt per call, served to its caller")
 			assert.Zero(t, rec.count(EventAttemptTimeout))
 			held := rec.of(EventAttemptHeld)
-			require.Len(t, held, 1)
-			assert.Equal(t, 1, held[0].Attempt)
-			assert.GreaterOrEqual(t, held[0].Duration, 20*time.Millisecond)
+			require.Len(t, held, 2)
+			for _, e := range held {
+				assert.Equal(t, 1, e.Attempt)
+				assert.GreaterOrEqual(t, e.Duration, 20*time.Millisecond)
+			}
 		})
 	}
 }
@@ -469,6 +497,9 @@ func TestAttemptNotOvertakenByRefusal(t *testing.T) {
 			release := make(chan struct{})
 			var stuck, refused atomic.Int64
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/warm" {
+					return // served: the upstream answers (deadlines.holds)
+				}
 				if r.URL.Path == "/other" {
 					refused.Add(1)
 					if tc.pushback {
@@ -500,17 +531,23 @@ func TestAttemptNotOvertakenByRefusal(t *testing.T) {
 			defer tr.CloseIdleConnections()
 			client := &http.Client{Transport: tr}
 
-			done := make(chan error, 1)
-			go func() {
-				resp, err := client.Get(srv.URL + "/queued")
-				if err == nil {
-					resp.Body.Close()
-				}
-				done <- err
-			}()
+			resp, err := client.Get(srv.URL + "/warm")
+			require.NoError(t, err)
+			resp.Body.Close()
+			// Two queue, one behind the other: neither waits alone.
+			done := make(chan error, 2)
+			for range 2 {
+				go func() {
+					resp, err := client.Get(srv.URL + "/queued")
+					if err == nil {
+						resp.Body.Close()
+					}
+					done <- err
+				}()
+			}
 			<-arrived
-			time.Sleep(20 * time.Millisecond) // more than a quarter of the limit after the queued one was sent
-			resp, err := client.Get(srv.URL + "/other")
+			time.Sleep(20 * time.Millisecond) // more than a quarter of the limit after the queued ones were sent
+			resp, err = client.Get(srv.URL + "/other")
 			require.NoError(t, err)
 			resp.Body.Close()
 			assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
@@ -518,13 +555,15 @@ func TestAttemptNotOvertakenByRefusal(t *testing.T) {
 			close(release)
 
 			require.NoError(t, <-done)
-			assert.Equal(t, int64(1), stuck.Load(), "held, not cut and sent again")
+			require.NoError(t, <-done)
+			assert.Equal(t, int64(2), stuck.Load(), "held, not cut and sent again")
 			assert.Equal(t, tc.refusals, refused.Load())
 			assert.Equal(t, tc.pushback, rec.count(EventPushback) == 1)
 			assert.Zero(t, rec.count(EventAttemptTimeout))
 			held := rec.of(EventAttemptHeld)
-			require.Len(t, held, 1)
+			require.Len(t, held, 2)
 			assert.Equal(t, 1, held[0].Attempt)
+			assert.Equal(t, 1, held[1].Attempt)
 		})
 	}
 }

@@ -83,9 +83,14 @@ type Options struct {
 type Limiter struct {
 	opts Options
 	now  func() time.Time // time.Now; a test's clock
-	// ownStall reports whether the process's goroutines waited more
-	// than d to run lately (stallMeter.stalled; a test's stub)
-	ownStall func(now time.Time, d time.Duration) bool
+	// ownStall reports whether the process's goroutines waited more than
+	// d to run lately (stallMeter.stalled; a test's stub), and ownLook
+	// has the meter look for a base (stallMeter.look); ownStarved reports
+	// whether the operating system starved the process's threads of a CPU
+	// lately (stallMeter.starved; a test's stub)
+	ownStall   func(now time.Time, d time.Duration) bool
+	ownLook    func(now time.Time, d time.Duration)
+	ownStarved func(now time.Time) bool
 
 	mu          sync.Mutex
 	latency     *gradient // the latency limit
@@ -208,7 +213,8 @@ func (b *lossBin) add(lost float64) {
 // New returns a limiter built from o that reads the time from now
 // (time.Now, or a test's clock) where its arithmetic needs it.
 func New(o Options, now func() time.Time) *Limiter {
-	return &Limiter{opts: o, now: now, ownStall: new(stallMeter).stalled, lossCap: math.Inf(1),
+	m := newStallMeter(time.Now())
+	return &Limiter{opts: o, now: now, ownStall: m.stalled, ownLook: m.look, ownStarved: m.starved, lossCap: math.Inf(1),
 		latency: newGradient(o.MinLimit, o.MaxLimit, o.InitialLimit, now())}
 }
 
@@ -241,17 +247,34 @@ func (s *Slot) Held() bool { return s.l != nil }
 // end of its wait.
 func (s *Slot) At() time.Time { return s.at }
 
-// Acquire takes a slot for attempt n of its call. An attempt given a wait
+// A Kind is what an attempt is to its call, as Acquire treats it.
+type Kind uint8
+
+const (
+	First Kind = iota // the call's first attempt
+	Retry             // an attempt after a failure: a retry, or a hedge sent on a handled failure
+	Hedge             // a hedge sent while an earlier attempt of its call still runs
+)
+
+// Acquire takes a slot for an attempt of kind k. An attempt given a wait
 // > 0 waits in the queue up to wait (and, when until is not zero, until
-// then), or until ctx ends; a retry (n > 1) waits only while the limiter is
-// not shedding. Otherwise, or with the queue full, it is refused at once. A
-// refusal returns a non-nil error: ctx's, or a *Refusal. until is read
-// only when the attempt must wait, and a free slot is taken at now, so
-// that it costs no clock read.
-func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Time, n int, now time.Time) (Slot, error) {
+// then), or until ctx ends; a retry waits only while the limiter is not
+// shedding, and is refused at once while the upstream is sluggish
+// (sluggishLocked). Otherwise, or with the queue full, it is refused at
+// once. A refusal returns a non-nil error: ctx's, or a *Refusal. until is
+// read only when the attempt must wait, and a free slot is taken at now,
+// so that it costs no clock read.
+//
+// A hedge is not shed for a sluggish upstream: it is sent because its
+// call's attempt is slow to be answered, and shed for that it would never
+// be sent where it helps (after two slow calls, 5 hedges of 5). What
+// bounds hedges is the caller's (Hedging.MaxExtraLoad, the retry budget
+// for a hedge on a failure) and the limit: given no wait, a hedge only
+// tries for a slot.
+func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Time, k Kind, now time.Time) (Slot, error) {
 	l.mu.Lock()
-	if n > 1 && l.sluggishLocked() && !l.stalledLocked(now) {
-		err := l.refuseLocked(0, n)
+	if k == Retry && l.sluggishLocked() && !l.stalledLocked(now) && !l.ownStarved(now) {
+		err := l.refuseLocked(0, k)
 		err.Latency, err.Usual = l.recentRTT, l.usualRTT
 		l.mu.Unlock()
 		return Slot{}, err
@@ -265,7 +288,7 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 		return l.slot(k, now), nil
 	}
 	start := time.Now()
-	if wait > 0 && n == 1 {
+	if wait > 0 && k == First {
 		silent := l.silentLocked(start)
 		if silent {
 			l.freeEnded = false
@@ -325,8 +348,8 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 	if wait > 0 && !until.IsZero() {
 		wait = min(wait, until.Sub(start)-l.srtt)
 	}
-	if wait <= 0 || len(l.waiters) >= l.opts.MaxQueue || (n > 1 && l.sheddingLocked()) {
-		err := l.refuseLocked(0, n)
+	if wait <= 0 || len(l.waiters) >= l.opts.MaxQueue || (k != First && l.sheddingLocked()) {
+		err := l.refuseLocked(0, k)
 		l.mu.Unlock()
 		return Slot{}, err
 	}
@@ -343,7 +366,7 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 		case <-w.ready:
 			if w.doomed { // written before ready was closed
 				l.mu.Lock()
-				err := l.refuseLocked(time.Since(start), n)
+				err := l.refuseLocked(time.Since(start), k)
 				l.mu.Unlock()
 				return Slot{}, err
 			}
@@ -395,7 +418,7 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 		l.mu.Unlock()
 		return l.slot(k, end), nil
 	}
-	err := l.refuseLocked(time.Since(start), n)
+	err := l.refuseLocked(time.Since(start), k)
 	l.mu.Unlock()
 	return Slot{}, err
 }
@@ -414,7 +437,14 @@ func (l *Limiter) Acquire(ctx context.Context, wait time.Duration, until time.Ti
 // their wait in 6 of 12 runs (1-2 a run), where a client with the limiter
 // off served every call.
 func (l *Limiter) stalledLocked(now time.Time) bool {
-	return l.ownStall(now, max(l.usualRTT, sluggishMargin/2))
+	return l.ownStall(now, l.stallLineLocked())
+}
+
+// stallLineLocked is how long the process's goroutines must wait to run
+// for the stall meter to call it a stall: the usual time to headers, or
+// half sluggishMargin.
+func (l *Limiter) stallLineLocked() time.Duration {
+	return max(l.usualRTT, sluggishMargin/2)
 }
 
 // silentLocked reports whether the upstream has said nothing, neither an
@@ -463,10 +493,10 @@ func (l *Limiter) slot(k int, at time.Time) Slot {
 	return Slot{l: l, at: at, k: k}
 }
 
-func (l *Limiter) refuseLocked(waited time.Duration, n int) *Refusal {
+func (l *Limiter) refuseLocked(waited time.Duration, k Kind) *Refusal {
 	l.refused++
 	l.refusedAt = l.now()
-	if n == 1 {
+	if k == First {
 		l.firstAt = l.refusedAt
 	}
 	return &Refusal{Limit: l.limitLocked(), InFlight: l.inflight, Latency: l.srtt, Waited: waited}
@@ -608,11 +638,18 @@ const (
 )
 
 // sampleLocked reports whether a successful attempt sent at at gives the
-// latency limiter its sample (latencySamples).
+// latency limiter its sample (latencySamples). Once a second, it has the
+// stall meter look at the goroutines' waits: a look more than stallMemory
+// after the last one only takes a base (stallMeter.scheduledLocked), and
+// without these the first look of a stall, the one that decides whether
+// a retry is shed, could see nothing (bench/starved_test.go, the client at
+// GOMAXPROCS 1 beside busy goroutines: 4 calls of 200,000 shed without
+// them, none with them). The look costs about 200 ns, once a second.
 func (l *Limiter) sampleLocked(at time.Time) bool {
 	if !at.Before(l.sampleUntil) {
 		l.stride = max(1, l.seen/latencySamples)
 		l.seen, l.sampleUntil = 0, at.Add(time.Second)
+		l.ownLook(at, l.stallLineLocked())
 	}
 	l.seen++
 	return l.seen <= latencyFloor || l.seen%l.stride == 0
@@ -715,9 +752,19 @@ func (l *Limiter) paceLocked(rtt time.Duration) {
 // A retry shed is only what a bare client would have had: the answer its
 // call already got. Answers made late by the client's own stalls are not
 // the upstream's: while its goroutines wait longer than the usual time to
-// headers to run, or half sluggishMargin (stallMeter), no retry is shed
-// for it. At the whole margin, the starved client of BenchmarkFleetNoHarm
-// had a retry shed.
+// headers to run, or half sluggishMargin (stalledLocked), or the
+// operating system starves its threads of a CPU (stallMeter.starved), no
+// retry is shed for it (Acquire). At the whole margin, the starved client
+// of BenchmarkFleetNoHarm had a retry shed; with the goroutines' waits
+// alone, a client beside processes spinning on its cores, whose
+// goroutines are running while their threads wait, had 1 to 3 calls in
+// 10,000 shed (bench/starved_test.go, issue 47).
+//
+// The threads' waits are read for this rule alone: an attempt over the
+// limit is not sent over it, nor a timeout taken for the client's own,
+// for them. A client whose CPU is shared, or throttled, with its limiter
+// off whenever its threads wait for one, would not be protected where it
+// is most likely to be too many.
 func (l *Limiter) sluggishLocked() bool {
 	return l.usualRTT > 0 && l.recentRTT > max(sluggishFactor*l.usualRTT, l.usualRTT+sluggishMargin)
 }
