@@ -103,15 +103,14 @@ func (c deliveredBody) Read(p []byte) (int, error) {
 	}
 	n, err := c.rc.Read(p)
 	if err != nil {
-		if err == io.EOF {
-			c.set(deliveryEOF)
-		} else {
-			err = c.bodyError(err)
+		end := uint32(deliveryEOF)
+		if err != io.EOF {
+			err, end = c.bodyError(err), 0
 		}
 		// Close before finish releases the attempt's context: an HTTP/2
 		// body closed after its context is done leaves its stream, and so
 		// its connection, busy for good.
-		c.closeBody()
+		c.closeBody(end)
 		c.finish()
 	}
 	return n, err
@@ -131,20 +130,18 @@ func (c deliveredWriterTo) WriteTo(w io.Writer) (int64, error) {
 		return 0, nil
 	}
 	n, err := c.rc.(io.WriterTo).WriteTo(w)
+	end := uint32(deliveryEOF)
 	if err != nil {
-		err = c.bodyError(err)
-	} else {
-		c.set(deliveryEOF)
+		err, end = c.bodyError(err), 0
 	}
-	c.closeBody()
+	c.closeBody(end)
 	c.finish()
 	return n, err
 }
 
 // Close closes the response body and ends the call.
 func (c deliveredBody) Close() error {
-	c.set(deliveryCallerClosed)
-	err := c.closeBody()
+	err := c.closeBody(deliveryCallerClosed)
 	c.finish()
 	return err
 }
@@ -156,9 +153,12 @@ func (c deliveredBody) pastEnd() bool {
 	return f&deliveryEOF != 0 && f&deliveryCallerClosed == 0
 }
 
-// closeBody closes the returned response's body once.
-func (c deliveredBody) closeBody() error {
-	if c.set(deliveryClosed) {
+// closeBody closes the returned response's body once, and sets the flags
+// also (deliveryEOF, deliveryCallerClosed) in the same atomic operation:
+// one fewer on the success path, which reads the body to its end and then
+// closes it.
+func (c deliveredBody) closeBody(also uint32) error {
+	if c.flags.Or(deliveryClosed|also)&deliveryClosed != 0 {
 		return nil
 	}
 	return c.rc.Close()
@@ -183,8 +183,8 @@ func (c deliveredBody) bodyError(err error) error {
 // finish ends the call: the timer stops, the attempt's context is released
 // and so is the concurrency permit. It is safe to call more than once.
 func (c *call) finish() {
-	if c.set(deliveryDone) {
-		return
+	if c.is(deliveryDone) || c.set(deliveryDone) {
+		return // a load first: the caller's Close after the end finds it done, without an atomic write
 	}
 	c.mu.Lock()
 	c.releaseTimerLocked()
