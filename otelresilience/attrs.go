@@ -283,10 +283,37 @@ func knownErrorType(err error) string {
 		return errTotalTimeout
 	case errors.Is(err, resilience.ErrAttemptTimeout):
 		return errAttemptTimeout
-	case errors.Is(err, context.Canceled):
-		return errCanceled
-	case errors.Is(err, context.DeadlineExceeded):
-		return errDeadlineExceeded
+	}
+	return callerReason(err)
+}
+
+// callerReason returns errCanceled or errDeadlineExceeded when err is, or
+// wraps, the context's own error, compared as a value, and "" otherwise.
+// errors.Is would also say DeadlineExceeded of a transport's own timeouts
+// (net/http's, a dial's), which are "timeout" here as in the root
+// package's ErrorType: a caller's deadline and an upstream's slowness are
+// two classes.
+func callerReason(err error) string {
+	for err != nil {
+		switch err {
+		case context.Canceled:
+			return errCanceled
+		case context.DeadlineExceeded:
+			return errDeadlineExceeded
+		}
+		switch x := err.(type) {
+		case interface{ Unwrap() error }:
+			err = x.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range x.Unwrap() {
+				if s := callerReason(e); s != "" {
+					return s
+				}
+			}
+			return ""
+		default:
+			return ""
+		}
 	}
 	return ""
 }

@@ -70,6 +70,14 @@ type ownType struct{}
 func (ownType) Error() string     { return "own" }
 func (ownType) ErrorType() string { return "own_type" }
 
+// baseTimeout is a timeout of a base transport's own, which says that it is
+// context.DeadlineExceeded as net/http's do.
+type baseTimeout struct{}
+
+func (baseTimeout) Error() string        { return "timeout awaiting response headers" }
+func (baseTimeout) Timeout() bool        { return true }
+func (baseTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
+
 // error.type of an attempt that failed without a response.
 func TestSpanErrorType(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
@@ -86,6 +94,10 @@ func TestSpanErrorType(t *testing.T) {
 		{fmt.Errorf("dialing: %w", refused), "net.OpError"},
 		{fmt.Errorf("wrapped: %w", ownType{}), "own_type"},
 		{&net.DNSError{IsTimeout: true}, "timeout"},
+		// A transport's own timeout that says errors.Is DeadlineExceeded
+		// (net/http's, a dial's) is not the caller's deadline: the root
+		// package's ErrorType names it "timeout" too.
+		{&url.Error{Op: "Get", URL: "http://h/", Err: baseTimeout{}}, "timeout"},
 		{syscall.ECONNRESET, "syscall.Errno"},
 		{errors.New("plain"), "errors.errorString"},
 	} {
