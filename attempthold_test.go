@@ -54,6 +54,15 @@ func holdTransport(t *testing.T, opts Options) (*Transport, *evRecorder) {
 	return tr, rec
 }
 
+// closed closes the body of resp, if any, and returns err: for a call
+// whose answer the test does not read.
+func closed(resp *http.Response, err error) error {
+	if resp != nil {
+		resp.Body.Close()
+	}
+	return err
+}
+
 func getOK(t *testing.T, client *http.Client, url string) {
 	t.Helper()
 	resp, err := client.Get(url)
@@ -87,10 +96,7 @@ func TestAttemptLoneHungPOSTEndsOnAttemptTimeout(t *testing.T) {
 		AttemptTimeout: 20 * time.Millisecond,
 		TotalTimeout:   10 * time.Second,
 	})
-	resp, err := (&http.Client{Transport: tr}).Post(srv.URL, "text/plain", strings.NewReader("x"))
-	if resp != nil {
-		resp.Body.Close()
-	}
+	err := closed((&http.Client{Transport: tr}).Post(srv.URL, "text/plain", strings.NewReader("x")))
 	require.ErrorIs(t, err, ErrAttemptTimeout)
 	assert.NotErrorIs(t, err, ErrTotalTimeout)
 	assert.Equal(t, int64(1), hits.Load())
@@ -112,10 +118,7 @@ func TestAttemptAloneAtAnUpstreamThatAnswersIsHeld(t *testing.T) {
 	for range 3 {
 		getOK(t, client, srv.URL)
 	}
-	resp, err := client.Get(srv.URL)
-	if resp != nil {
-		resp.Body.Close()
-	}
+	err := closed(client.Get(srv.URL))
 	require.ErrorIs(t, err, ErrTotalTimeout)
 	assert.Equal(t, int64(4), hits.Load())
 	assert.Zero(t, rec.count(EventAttemptTimeout))
@@ -177,10 +180,7 @@ func TestAttemptHeldHasABoundWithoutTotalTimeout(t *testing.T) {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
 	require.NoError(t, err)
-	resp, err := (&http.Client{Transport: tr}).Do(req)
-	if resp != nil {
-		resp.Body.Close()
-	}
+	err = closed((&http.Client{Transport: tr}).Do(req))
 	require.ErrorIs(t, err, ErrAttemptTimeout)
 	require.NoError(t, ctx.Err(), "ended by the bound, not by the caller")
 	assert.Equal(t, int64(2), hits.Load())
@@ -205,10 +205,7 @@ func TestAttemptBlackHoleFromTheStartOpensTheCircuit(t *testing.T) {
 	errs := make(chan error, 10)
 	for range 10 {
 		go func() {
-			resp, err := client.Get(srv.URL)
-			if resp != nil {
-				resp.Body.Close()
-			}
+			err := closed(client.Get(srv.URL))
 			errs <- err
 		}()
 	}
@@ -217,10 +214,7 @@ func TestAttemptBlackHoleFromTheStartOpensTheCircuit(t *testing.T) {
 	}
 	assert.Zero(t, rec.count(EventAttemptHeld))
 	assert.Equal(t, 10, rec.count(EventAttemptTimeout))
-	resp, err := client.Get(srv.URL)
-	if resp != nil {
-		resp.Body.Close()
-	}
+	err := closed(client.Get(srv.URL))
 	require.ErrorIs(t, err, ErrCircuitOpen)
 }
 
@@ -233,10 +227,7 @@ func TestAttemptHedgesCutAtTheirLimit(t *testing.T) {
 		TotalTimeout:   10 * time.Second,
 		Hedging:        HedgingOptions{Enabled: true, Delay: 5 * time.Second, MaxHedges: 2},
 	})
-	resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
-	if resp != nil {
-		resp.Body.Close()
-	}
+	err := closed((&http.Client{Transport: tr}).Get(srv.URL))
 	require.ErrorIs(t, err, ErrAttemptTimeout)
 	assert.NotErrorIs(t, err, ErrTotalTimeout)
 	assert.Equal(t, int64(3), hits.Load())
@@ -282,10 +273,7 @@ func TestAttemptHeldThenAbandonedCountsAsTimeout(t *testing.T) {
 	for range 2 { // two wait together at an upstream that answered: held
 		go func() {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
-			resp, err := client.Do(req)
-			if resp != nil {
-				resp.Body.Close()
-			}
+			err := closed(client.Do(req))
 			errs <- err
 		}()
 	}
@@ -313,10 +301,7 @@ func TestPortedEveryAttemptTimesOutLastWins(t *testing.T) {
 		TotalTimeout:   10 * time.Second,
 		Retry:          RetryOptions{Delay: time.Millisecond, MaxRetries: 2},
 	})
-	resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
-	if resp != nil {
-		resp.Body.Close()
-	}
+	err := closed((&http.Client{Transport: tr}).Get(srv.URL))
 	require.ErrorIs(t, err, ErrAttemptTimeout)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	var ne interface{ Timeout() bool }
@@ -376,10 +361,7 @@ func TestPortedHalfOpenProbeThatHangsIsCut(t *testing.T) {
 	require.Equal(t, 1, rec.count(EventCircuitOpened))
 	failing.Store(false) // from now on every request hangs
 	require.Eventually(t, func() bool {
-		resp, err := client.Get(srv.URL)
-		if resp != nil {
-			resp.Body.Close()
-		}
+		err := closed(client.Get(srv.URL))
 		return errors.Is(err, ErrAttemptTimeout) // the probe went, and was cut
 	}, 5*time.Second, 5*time.Millisecond)
 	require.Eventually(t, func() bool { return rec.count(EventCircuitOpened) == 2 }, 5*time.Second, time.Millisecond,
@@ -406,10 +388,7 @@ func TestPortedCallerCancelWithATimeout(t *testing.T) {
 	}()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
 	require.NoError(t, err)
-	resp, err := (&http.Client{Transport: tr}).Do(req)
-	if resp != nil {
-		resp.Body.Close()
-	}
+	err = closed((&http.Client{Transport: tr}).Do(req))
 	require.ErrorIs(t, err, context.Canceled)
 	assert.NotErrorIs(t, err, ErrAttemptTimeout)
 	assert.NotErrorIs(t, err, ErrTotalTimeout)
